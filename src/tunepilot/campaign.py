@@ -1,0 +1,537 @@
+"""The campaign file (H1, H2): what the user wants to improve, what must not degrade, and how.
+
+A campaign is YAML loaded into the pydantic models below. Defaults live here, once; the rest
+of the code reads typed attributes, never `cfg.get("key", default)`. Unknown keys are errors
+with a did-you-mean, and every problem is reported at once with its dotted key path, the YAML
+line, what was found and the fix (see `load_campaign`). Importing this module must stay cheap:
+no torch, no transformers.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tunepilot.errors import InputError, Problem
+
+TaskKind = Literal["classification", "extraction", "format"]
+
+
+class Strict(BaseModel):
+    """Base for every campaign section: unknown keys are errors, values are validated on set."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --------------------------------------------------------------------------------------------
+# hypothesis (H1, H2)
+# --------------------------------------------------------------------------------------------
+
+
+class ClassificationGuards(Strict):
+    """What must not degrade in classification: judged per class, never only on the mean (H2)."""
+
+    metric: Literal["f1", "precision", "recall"] = "f1"
+    per_class_floor: float | None = Field(
+        default=None, ge=0, le=1, description="Every class must reach at least this metric."
+    )
+    max_class_drop: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="No class may drop more than this vs the baseline (absolute metric).",
+    )
+    class_floors: dict[str, float] = Field(
+        default_factory=dict, description="Per-class floors that override per_class_floor."
+    )
+
+
+class ExtractionGuards(Strict):
+    """What must not degrade in extraction or format tasks (H2)."""
+
+    json_validity_min: float = Field(default=0.95, ge=0, le=1)
+    schema_validity_min: float = Field(default=0.9, ge=0, le=1)
+    required_field_presence_min: float = Field(default=0.9, ge=0, le=1)
+
+
+class Hypothesis(Strict):
+    """The behaviour to improve, stated before any compute is spent (H1)."""
+
+    behaviour: str = Field(min_length=1, description="The behaviour to improve, in words.")
+    task: TaskKind
+    classification_guards: ClassificationGuards = Field(default_factory=ClassificationGuards)
+    extraction_guards: ExtractionGuards = Field(default_factory=ExtractionGuards)
+    required_fields: list[str] = Field(
+        default_factory=list, description="Extraction: fields the JSON answer must contain."
+    )
+    target_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="Extraction: a JSON Schema the answer must match (types of fields).",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# model (P1, P4)
+# --------------------------------------------------------------------------------------------
+
+
+class LoraSettings(Strict):
+    r: int = Field(default=8, ge=1)
+    alpha: int = Field(default=16, ge=1)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
+    modules_to_save: list[str] = Field(default_factory=list)
+
+
+class ModelSettings(Strict):
+    """The base model, pinned, and how it is adapted (P1, P4)."""
+
+    name_or_path: str = Field(
+        min_length=1, description="A local folder, `minilm` (the bundled MiniLM) or a hub id."
+    )
+    revision: str | None = Field(
+        default=None, description="Exact revision (commit) for a hub id; required for hub ids."
+    )
+    method: Literal["full", "lora"] = "lora"
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    trust_remote_code: bool = False
+    attn_implementation: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# data (D1-D8)
+# --------------------------------------------------------------------------------------------
+
+
+CLEANING_RULES = (
+    "nfc", "strip", "collapse_whitespace", "lowercase", "drop_empty", "drop_exact_duplicates"
+)
+
+
+def _check_cleaning_rule(rule: Any) -> str | dict[str, int]:
+    """A rule is a name from CLEANING_RULES or `{max_chars: N}`; one message for both."""
+    if isinstance(rule, str) and rule in CLEANING_RULES:
+        return rule
+    if (
+        isinstance(rule, dict)
+        and list(rule) == ["max_chars"]
+        and isinstance(rule["max_chars"], int)
+        and rule["max_chars"] >= 1
+    ):
+        return rule
+    close = difflib.get_close_matches(str(rule), CLEANING_RULES, n=1)
+    hint = f" (did you mean `{close[0]}`?)" if close else ""
+    raise ValueError(
+        f"unknown cleaning rule {rule!r}{hint}; use one of {', '.join(CLEANING_RULES)} "
+        "or {max_chars: N} with N >= 1"
+    )
+
+
+CleaningRule = Annotated[Any, AfterValidator(_check_cleaning_rule)]
+
+
+class Fields(Strict):
+    """Which column of the user's files holds what."""
+
+    id: str | None = Field(default=None, description="Example id column; row number if absent.")
+    text: str = "text"
+    label: str | None = Field(default=None, description="Class name column (classification).")
+    target: str | None = Field(default=None, description="JSON answer column (extraction).")
+    group: str | None = Field(
+        default=None, description="Leakage unit: conversation, patient, source document (D8)."
+    )
+    time: str | None = Field(default=None, description="Timestamp column for time splits (D8).")
+    context: list[str] = Field(
+        default_factory=list, description="Extra input columns shown to the model."
+    )
+
+
+class SplitPolicy(Strict):
+    """How train / validation / test are separated (D8). `files` uses the user's own files."""
+
+    policy: Literal["random", "stratified", "group", "time", "files"] = "stratified"
+    validation: float = Field(default=0.1, gt=0, lt=1)
+    test: float = Field(default=0.1, ge=0, lt=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _fractions_leave_training(self) -> SplitPolicy:
+        if self.validation + self.test >= 0.9:
+            raise ValueError(
+                f"validation ({self.validation}) + test ({self.test}) leaves under 10% for "
+                "training; lower one of them"
+            )
+        return self
+
+
+class AuditSettings(Strict):
+    near_duplicate_threshold: float = Field(default=0.8, gt=0, le=1)
+    shingle_size: int = Field(default=3, ge=1, description="Words per shingle for MinHash.")
+    truncation_warn_share: float = Field(default=0.02, ge=0, le=1)
+    imbalance_warn_ratio: float = Field(
+        default=20.0, ge=1, description="WARN when the largest class exceeds the smallest by this."
+    )
+
+
+class DataSettings(Strict):
+    """Where the examples are and how they become model inputs (D1-D8)."""
+
+    file: str | None = Field(default=None, description="One file, split by `split.policy`.")
+    files: dict[Literal["train", "validation", "test"], str] | None = Field(
+        default=None, description="Your own split files (sets split.policy to files)."
+    )
+    format: Literal["auto", "jsonl", "csv", "tsv", "parquet"] = "auto"
+    quoting: bool = Field(default=True, description="CSV/TSV quote handling; off for raw TSV.")
+    header: bool = Field(default=True, description="CSV/TSV first line names the columns.")
+    columns: list[str] | None = Field(default=None, description="Column names when no header.")
+    fields: Fields = Field(default_factory=Fields)
+    labels: list[str] | None = Field(
+        default=None, description="Class names in id order; taken from training data if absent."
+    )
+    cleaning: list[CleaningRule] = Field(
+        default_factory=lambda: ["nfc", "strip", "collapse_whitespace", "drop_empty"]
+    )
+    split: SplitPolicy = Field(default_factory=SplitPolicy)
+    max_length: int = Field(default=128, ge=8)
+    template: str = Field(
+        default="{text}\n",
+        description="Prompt template for generation tasks; fields in braces.",
+    )
+    mask_prompt: bool = Field(default=True, description="Prompt tokens carry no loss (D5).")
+    audit: AuditSettings = Field(default_factory=AuditSettings)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataSettings:
+        if (self.file is None) == (self.files is None):
+            raise ValueError("give exactly one of `data.file` or `data.files`")
+        if self.files is not None:
+            if "train" not in self.files:
+                raise ValueError("`data.files` needs a `train` entry")
+            if self.split.policy != "files":
+                self.split.policy = "files"
+        if self.file is not None and self.split.policy == "files":
+            raise ValueError("split.policy `files` needs `data.files`, not `data.file`")
+        if self.split.policy == "group" and not self.fields.group:
+            raise ValueError("split.policy `group` needs `data.fields.group`")
+        if self.split.policy == "time" and not self.fields.time:
+            raise ValueError("split.policy `time` needs `data.fields.time`")
+        return self
+
+
+# --------------------------------------------------------------------------------------------
+# training (S2, S3, S7, B3, B4)
+# --------------------------------------------------------------------------------------------
+
+
+class Budget(Strict):
+    """Hold updates or epochs fixed; the other follows and is recorded (S7)."""
+
+    updates: int | None = Field(default=None, ge=1)
+    epochs: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Budget:
+        if (self.updates is None) == (self.epochs is None):
+            raise ValueError("set exactly one of `updates` or `epochs`")
+        return self
+
+
+class StopCauses(Strict):
+    """Defined before the trial (V4): what ends a run other than its budget."""
+
+    max_loss: float | None = Field(default=None, gt=0, description="Stop when loss exceeds.")
+    wall_clock_minutes: float | None = Field(default=None, gt=0)
+
+
+class Distributed(Strict):
+    strategy: Literal["none", "ddp", "fsdp"] = "none"
+    nproc: int = Field(default=1, ge=1)
+
+
+class TrainingSettings(Strict):
+    microbatch: int = Field(default=2, ge=1)
+    accumulation: int = Field(default=8, ge=1)
+    budget: Budget = Field(default_factory=lambda: Budget(updates=200))
+    lr: float = Field(default=1e-4, gt=0, lt=1)
+    scheduler: Literal["constant", "linear", "cosine"] = "linear"
+    warmup_updates: int = Field(default=0, ge=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    activation_checkpointing: bool = False
+    seed: int = 0
+    eval_every: int = Field(default=50, ge=1, description="Updates between validation points.")
+    eval_batch_size: int = Field(default=32, ge=1)
+    drop_last: bool = False
+    bucket_by_length: bool = True
+    checkpoint_every: int | None = Field(default=None, ge=1)
+    keep_last_checkpoints: int = Field(default=2, ge=1)
+    stop: StopCauses = Field(default_factory=StopCauses)
+    distributed: Distributed = Field(default_factory=Distributed)
+    max_new_tokens: int = Field(default=64, ge=1, description="Generation budget at evaluation.")
+
+
+# --------------------------------------------------------------------------------------------
+# variants, evaluation policy, rental (V1-V7, H4, L3)
+# --------------------------------------------------------------------------------------------
+
+
+class Variant(Strict):
+    """One explainable change against its control (V1)."""
+
+    explain: str = Field(min_length=1)
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    control: str = "control"
+    allow_multi_change: bool = False
+    reason: str | None = None
+
+    @model_validator(mode="after")
+    def _multi_change_needs_reason(self) -> Variant:
+        if self.allow_multi_change and not self.reason:
+            raise ValueError("allow_multi_change needs a `reason`")
+        return self
+
+
+class TestPolicy(Strict):
+    """The sealed test split (H4): every look is counted; a second one warns or is refused."""
+
+    on_second_look: Literal["warn", "refuse"] = "warn"
+
+
+class Rental(Strict):
+    gpu: str | None = Field(default=None, description="Card name from the GPU catalog.")
+    gpus: int = Field(default=1, ge=1)
+    margin: float = Field(default=0.2, ge=0, lt=1)
+    packages_days: list[Literal[3, 7, 30]] = Field(default_factory=lambda: [3, 7, 30])
+
+
+class Campaign(Strict):
+    """A whole campaign: hypothesis first, then the model, the data and the training plan."""
+
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    hypothesis: Hypothesis
+    model: ModelSettings
+    data: DataSettings
+    training: TrainingSettings = Field(default_factory=TrainingSettings)
+    variants: dict[str, Variant] = Field(default_factory=dict)
+    seeds: list[int] = Field(default_factory=lambda: [0])
+    test_policy: TestPolicy = Field(default_factory=TestPolicy)
+    rental: Rental = Field(default_factory=Rental)
+
+    @model_validator(mode="after")
+    def _task_needs_its_fields(self) -> Campaign:
+        task = self.hypothesis.task
+        if task == "classification" and not self.data.fields.label:
+            raise ValueError("a classification campaign needs `data.fields.label`")
+        if task in ("extraction", "format") and not self.data.fields.target:
+            raise ValueError(f"a {task} campaign needs `data.fields.target`")
+        if "control" in self.variants:
+            raise ValueError("`control` is the campaign itself; name the variant differently")
+        return self
+
+    def config_hash(self) -> str:
+        """A short, stable hash of the resolved campaign (recorded with every run)."""
+        return stable_hash(self.model_dump(mode="json"))
+
+
+def stable_hash(obj: Any, length: int = 16) -> str:
+    """sha256 of canonical JSON: the same value always hashes the same, whatever key order."""
+    text = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+# --------------------------------------------------------------------------------------------
+# loading, overrides, errors that name the key and the fix
+# --------------------------------------------------------------------------------------------
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`training.lr=5e-5` -> (["training", "lr"], 5e-05). Values are parsed as YAML scalars."""
+    if "=" not in text:
+        raise InputError(
+            [Problem(text, "an override without `=`", "write it as key.path=value")],
+            title="invalid override",
+        )
+    key, raw = text.split("=", 1)
+    if not key.strip():
+        raise InputError(
+            [Problem(text, "an empty key", "write it as key.path=value")], title="invalid override"
+        )
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
+    """Apply dotted overrides to the raw mapping; schema validation comes after."""
+    pairs = (
+        [parse_override(o) for o in overrides]
+        if isinstance(overrides, list)
+        else [(k.split("."), v) for k, v in overrides.items()]
+    )
+    out = json.loads(json.dumps(raw, default=str))
+    for path, value in pairs:
+        node = out
+        for part in path[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[path[-1]] = value
+    return out
+
+
+def _line_index(text: str) -> dict[tuple[str, ...], int]:
+    """Map each key path of a YAML mapping to its 1-based line, for error messages."""
+    index: dict[tuple[str, ...], int] = {}
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                child = (*path, str(key_node.value))
+                index[child] = key_node.start_mark.line + 1
+                walk(value_node, child)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                index[(*path, str(i))] = item.start_mark.line + 1
+                walk(item, (*path, str(i)))
+
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return index
+    if root is not None:
+        walk(root, ())
+    return index
+
+
+def _allowed_keys(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
+    """The keys the schema accepts at `path` (the parent of an unknown key)."""
+    current: Any = model
+    for part in path:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = current.model_fields.get(part)
+        if field is None:
+            return []
+        current = _first_model(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def _first_model(annotation: Any) -> Any:
+    """The pydantic model inside an annotation such as `X | None` or `dict[str, X]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _first_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
+def _is_type_tag(part: Any) -> bool:
+    """pydantic puts union-branch names ("MaxChars", "literal[...]") in error locations."""
+    if not isinstance(part, str):
+        return False
+    return (
+        part in _TYPE_TAGS
+        or part.startswith(("literal[", "function-", "union["))
+        or part in {m.__name__ for m in Strict.__subclasses__()}
+    )
+
+
+def _problem_from_error(
+    err: dict[str, Any], source: str, lines: dict[tuple[str, ...], int]
+) -> Problem:
+    loc = tuple(p for p in err["loc"] if not _is_type_tag(p))
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    line = None
+    for n in range(len(loc), 0, -1):
+        line = lines.get(tuple(str(p) for p in loc[:n]))
+        if line:
+            break
+    where = f"{source}:{line} {key}" if line else f"{source} {key}"
+    kind = err["type"]
+    found_value = err.get("input")
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(Campaign, loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+        hint = f"did you mean `{close[0]}`?" if close else ""
+        fix = f"{hint} allowed keys here: {', '.join(allowed)}" if allowed else "remove it"
+        return Problem(where, f"unknown key `{loc[-1]}`", fix.strip())
+    if kind == "missing":
+        return Problem(where, "a required key is missing", f"add `{key}` (see `tunepilot schema`)")
+    msg = err["msg"]
+    if kind == "value_error":
+        msg = msg.removeprefix("Value error, ")
+        return Problem(where, msg, "change the value as the message says")
+    shown = json.dumps(found_value, default=str)[:80] if found_value is not None else "nothing"
+    return Problem(where, f"{msg} (found {shown})", "see the allowed values in `tunepilot schema`")
+
+
+def validate_mapping(raw: Any, source: str = "campaign", text: str | None = None) -> Campaign:
+    """Validate an already-parsed mapping; all problems are raised together."""
+    if not isinstance(raw, dict):
+        raise InputError(
+            [Problem(source, f"the top level is {type(raw).__name__}", "make it a YAML mapping")],
+            title="invalid campaign",
+        )
+    try:
+        return Campaign.model_validate(raw)
+    except ValidationError as exc:
+        lines = _line_index(text) if text else {}
+        problems = list(dict.fromkeys(_problem_from_error(e, source, lines) for e in exc.errors()))
+        raise InputError(problems, title=f"invalid campaign {source}") from None
+
+
+def load_campaign(path: str | Path, overrides: list[str] | None = None) -> Campaign:
+    """Read, override and validate a campaign file. Relative data paths resolve next to it."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(
+            [Problem(str(path), "no such campaign file", "give the path to campaign.yaml, "
+                     "or create one with `tunepilot init DIR --task classification`")],
+            title="invalid campaign",
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            [Problem(str(path), f"not UTF-8 (byte {exc.start})", "save the file as UTF-8")],
+            title="invalid campaign",
+        ) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise InputError(
+            [Problem(where, f"not valid YAML ({getattr(exc, 'problem', exc)})",
+                     "fix the indentation or quoting on that line")],
+            title="invalid campaign",
+        ) from None
+    if overrides:
+        raw = apply_overrides(raw or {}, overrides)
+    return validate_mapping(raw, source=str(path), text=text)
+
+
+def campaign_root(campaign_path: str | Path) -> Path:
+    """The campaign folder: where the ledger, data versions, runs and pilots live."""
+    return Path(campaign_path).resolve().parent
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the campaign file, for editors' completion."""
+    return Campaign.model_json_schema()

@@ -1,0 +1,43 @@
+"""Bad input, reported the way a user can act on it.
+
+Every problem names *where* (a file and line, or a dotted campaign key), *what was found* and
+*the fix*. Problems are collected and raised together so a user fixes a file in one pass
+instead of one error per run. The CLI turns an `InputError` into exit code 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the user's input."""
+
+    where: str  # "data/train.jsonl:14" or "training.lr" or "campaign.yaml:7 training.lr"
+    found: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.found}. Fix: {self.fix}"
+
+
+@dataclass
+class InputError(Exception):
+    """Raised with every problem found, never only the first one."""
+
+    problems: list[Problem] = field(default_factory=list)
+    title: str = "invalid input"
+
+    def __post_init__(self) -> None:
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        lines = [f"{self.title} ({len(self.problems)} problem(s)):"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+def input_error(where: str, found: str, fix: str, title: str = "invalid input") -> InputError:
+    """Shorthand for the common single-problem case."""
+    return InputError([Problem(where, found, fix)], title=title)

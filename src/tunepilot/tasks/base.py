@@ -1,0 +1,51 @@
+"""The contract between data and training: one encoding path, shared by `data show`, the
+audit's truncation check, training and evaluation (D3, D5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tunepilot.data.example import Example
+
+IGNORE_INDEX = -100
+"""Label value for token positions that carry no loss (the PyTorch / transformers convention)."""
+
+
+@dataclass
+class Encoded:
+    """One example as the model sees it.
+
+    `labels` is per token for causal LMs (IGNORE_INDEX where no loss), and a one-element list
+    holding the class id for sequence classification. `prompt_length` is the number of leading
+    tokens that belong to the prompt; `target_truncated` says max_length cut answer tokens (S6).
+    """
+
+    example_id: str
+    input_ids: list[int]
+    labels: list[int]
+    prompt_length: int
+    truncated: bool
+    target_truncated: bool
+    full_length: int
+
+    @property
+    def loss_tokens(self) -> int:
+        """Positions that carry loss: target tokens (LM) or 1 (classification)."""
+        return sum(1 for t in self.labels if t != IGNORE_INDEX)
+
+
+class TaskEncoder(Protocol):
+    """What every task kind provides. Implementations live in classification.py and
+    generation.py; `tunepilot.tasks.make_encoder` picks one from the campaign."""
+
+    kind: str  # "classification" | "causal_lm"
+
+    def encode(self, example: Example) -> Encoded: ...
+
+    def expected_target(self, example: Example) -> str: ...
+
+    def describe(self) -> dict[str, Any]:
+        """Identity of the encoding (tokenizer, max_length, template) for the data version."""
+        ...
