@@ -23,7 +23,9 @@ DEFAULT_CORPUS = [
 ]
 
 
-def train_tokenizer(directory: str | Path, corpus: Iterable[str] | None = None, vocab_size: int = 400):
+def train_tokenizer(
+    directory: str | Path, corpus: Iterable[str] | None = None, vocab_size: int = 400
+):
     """Train a byte-level BPE on `corpus`, wrap it for transformers, save it to `directory`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -51,7 +53,9 @@ def train_tokenizer(directory: str | Path, corpus: Iterable[str] | None = None, 
     return fast
 
 
-def build_tiny_llama(directory: str | Path, corpus: Iterable[str] | None = None, seed: int = 0) -> Path:
+def build_tiny_llama(
+    directory: str | Path, corpus: Iterable[str] | None = None, seed: int = 0
+) -> Path:
     """A 2-layer Llama causal LM (~130k params) and its tokenizer, saved to `directory`."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

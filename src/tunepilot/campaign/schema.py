@@ -12,13 +12,9 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from tunepilot.errors import InputError, Problem
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 TaskKind = Literal["classification", "extraction", "format"]
 
@@ -110,7 +106,12 @@ class ModelSettings(Strict):
 
 
 CLEANING_RULES = (
-    "nfc", "strip", "collapse_whitespace", "lowercase", "drop_empty", "drop_exact_duplicates"
+    "nfc",
+    "strip",
+    "collapse_whitespace",
+    "lowercase",
+    "drop_empty",
+    "drop_exact_duplicates",
 )
 
 
@@ -344,194 +345,3 @@ def stable_hash(obj: Any, length: int = 16) -> str:
     """sha256 of canonical JSON: the same value always hashes the same, whatever key order."""
     text = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
-
-
-# --------------------------------------------------------------------------------------------
-# loading, overrides, errors that name the key and the fix
-# --------------------------------------------------------------------------------------------
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """`training.lr=5e-5` -> (["training", "lr"], 5e-05). Values are parsed as YAML scalars."""
-    if "=" not in text:
-        raise InputError(
-            [Problem(text, "an override without `=`", "write it as key.path=value")],
-            title="invalid override",
-        )
-    key, raw = text.split("=", 1)
-    if not key.strip():
-        raise InputError(
-            [Problem(text, "an empty key", "write it as key.path=value")], title="invalid override"
-        )
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.strip().split("."), value
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
-    """Apply dotted overrides to the raw mapping; schema validation comes after."""
-    pairs = (
-        [parse_override(o) for o in overrides]
-        if isinstance(overrides, list)
-        else [(k.split("."), v) for k, v in overrides.items()]
-    )
-    out = json.loads(json.dumps(raw, default=str))
-    for path, value in pairs:
-        node = out
-        for part in path[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[path[-1]] = value
-    return out
-
-
-def _line_index(text: str) -> dict[tuple[str, ...], int]:
-    """Map each key path of a YAML mapping to its 1-based line, for error messages."""
-    index: dict[tuple[str, ...], int] = {}
-
-    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                child = (*path, str(key_node.value))
-                index[child] = key_node.start_mark.line + 1
-                walk(value_node, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                index[(*path, str(i))] = item.start_mark.line + 1
-                walk(item, (*path, str(i)))
-
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return index
-    if root is not None:
-        walk(root, ())
-    return index
-
-
-def _allowed_keys(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
-    """The keys the schema accepts at `path` (the parent of an unknown key)."""
-    current: Any = model
-    for part in path:
-        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = current.model_fields.get(part)
-        if field is None:
-            return []
-        current = _first_model(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return []
-
-
-def _first_model(annotation: Any) -> Any:
-    """The pydantic model inside an annotation such as `X | None` or `dict[str, X]`."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _first_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
-_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
-
-
-def _is_type_tag(part: Any) -> bool:
-    """pydantic puts union-branch names ("MaxChars", "literal[...]") in error locations."""
-    if not isinstance(part, str):
-        return False
-    return (
-        part in _TYPE_TAGS
-        or part.startswith(("literal[", "function-", "union["))
-        or part in {m.__name__ for m in Strict.__subclasses__()}
-    )
-
-
-def _problem_from_error(
-    err: dict[str, Any], source: str, lines: dict[tuple[str, ...], int]
-) -> Problem:
-    loc = tuple(p for p in err["loc"] if not _is_type_tag(p))
-    key = ".".join(str(p) for p in loc) or "(top level)"
-    line = None
-    for n in range(len(loc), 0, -1):
-        line = lines.get(tuple(str(p) for p in loc[:n]))
-        if line:
-            break
-    where = f"{source}:{line} {key}" if line else f"{source} {key}"
-    kind = err["type"]
-    found_value = err.get("input")
-    if kind == "extra_forbidden":
-        allowed = _allowed_keys(Campaign, loc[:-1])
-        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
-        hint = f"did you mean `{close[0]}`?" if close else ""
-        fix = f"{hint} allowed keys here: {', '.join(allowed)}" if allowed else "remove it"
-        return Problem(where, f"unknown key `{loc[-1]}`", fix.strip())
-    if kind == "missing":
-        return Problem(where, "a required key is missing", f"add `{key}` (see `tunepilot schema`)")
-    msg = err["msg"]
-    if kind == "value_error":
-        msg = msg.removeprefix("Value error, ")
-        return Problem(where, msg, "change the value as the message says")
-    shown = json.dumps(found_value, default=str)[:80] if found_value is not None else "nothing"
-    return Problem(where, f"{msg} (found {shown})", "see the allowed values in `tunepilot schema`")
-
-
-def validate_mapping(raw: Any, source: str = "campaign", text: str | None = None) -> Campaign:
-    """Validate an already-parsed mapping; all problems are raised together."""
-    if not isinstance(raw, dict):
-        raise InputError(
-            [Problem(source, f"the top level is {type(raw).__name__}", "make it a YAML mapping")],
-            title="invalid campaign",
-        )
-    try:
-        return Campaign.model_validate(raw)
-    except ValidationError as exc:
-        lines = _line_index(text) if text else {}
-        problems = list(dict.fromkeys(_problem_from_error(e, source, lines) for e in exc.errors()))
-        raise InputError(problems, title=f"invalid campaign {source}") from None
-
-
-def load_campaign(path: str | Path, overrides: list[str] | None = None) -> Campaign:
-    """Read, override and validate a campaign file. Relative data paths resolve next to it."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(
-            [Problem(str(path), "no such campaign file", "give the path to campaign.yaml, "
-                     "or create one with `tunepilot init DIR --task classification`")],
-            title="invalid campaign",
-        )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            [Problem(str(path), f"not UTF-8 (byte {exc.start})", "save the file as UTF-8")],
-            title="invalid campaign",
-        ) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise InputError(
-            [Problem(where, f"not valid YAML ({getattr(exc, 'problem', exc)})",
-                     "fix the indentation or quoting on that line")],
-            title="invalid campaign",
-        ) from None
-    if overrides:
-        raw = apply_overrides(raw or {}, overrides)
-    return validate_mapping(raw, source=str(path), text=text)
-
-
-def campaign_root(campaign_path: str | Path) -> Path:
-    """The campaign folder: where the ledger, data versions, runs and pilots live."""
-    return Path(campaign_path).resolve().parent
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of the campaign file, for editors' completion."""
-    return Campaign.model_json_schema()

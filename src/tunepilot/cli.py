@@ -1,0 +1,268 @@
+"""The `tunepilot` command: parse, call one function, print.
+
+Exit codes everywhere: 0 ok (PASS/WARN), 1 a check FAILed, 2 bad input or usage.
+Nothing heavy is imported at module level: `tunepilot --help` and `tunepilot validate` never
+import torch, transformers or peft.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tunepilot import __version__
+
+EXAMPLES = """
+Examples:
+
+  tunepilot demo                                   # the whole chain on generated tickets
+  tunepilot init my-campaign --task classification # a commented campaign to edit
+  tunepilot validate my-campaign/campaign.yaml training.lr=5e-5
+  tunepilot data audit my-campaign/campaign.yaml --json
+  tunepilot data show my-campaign/campaign.yaml -n 3 --per-class 1
+  tunepilot schema > campaign.schema.json
+"""
+
+app = typer.Typer(
+    name="tunepilot",
+    help="One complete step before a thousand attempts: check a fine-tuning campaign before "
+    "you rent the GPU, run it, and deliver a result a colleague can re-read.\n\n" + EXAMPLES,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+data_app = typer.Typer(
+    help="Load, audit and inspect the campaign's data (D1-D8).\n\n"
+    "Examples:\n\n  tunepilot data audit campaign.yaml\n\n"
+    "  tunepilot data show campaign.yaml --split validation -n 2 --json",
+    no_args_is_help=True,
+)
+app.add_typer(data_app, name="data")
+
+CampaignArgs = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="The campaign file (default: campaign.yaml), then any dotted overrides "
+        "such as training.lr=5e-5 or data.max_length=256.",
+        show_default=False,
+    ),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")]
+
+
+def _split_campaign_args(args: list[str] | None) -> tuple[Path, list[str]]:
+    """`[campaign.yaml] [key=value ...]` -> (path, overrides)."""
+    args = list(args or [])
+    path = Path("campaign.yaml")
+    if args and "=" not in args[0]:
+        path = Path(args.pop(0))
+    extra = [a for a in args if "=" not in a]
+    if extra:
+        from tunepilot.errors import InputError, Problem
+
+        raise InputError(
+            [
+                Problem(a, "not a key=value override", "write overrides as key.path=value")
+                for a in extra
+            ],
+            title="invalid arguments",
+        )
+    return path, args
+
+
+def _run(func, *args, **kwargs) -> None:
+    """Call a command body; bad input exits 2 with every problem listed."""
+    from tunepilot.errors import InputError
+
+    try:
+        code = func(*args, **kwargs)
+    except InputError as err:
+        from tunepilot.console import print_input_error
+
+        print_input_error(err)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code or 0)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tunepilot {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """tunepilot command line."""
+
+
+# ---------------------------------------------------------------------------------------------
+# campaign file
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def validate(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
+    """Check a campaign file without training anything: every problem at once, each with its
+    key path, what was found and the fix. Never imports torch.
+
+    Example: tunepilot validate campaign.yaml training.lr=5e-5
+    """
+
+    def body() -> int:
+        from tunepilot.campaign import load_campaign
+        from tunepilot.console import console, print_json
+
+        path, overrides = _split_campaign_args(args)
+        campaign = load_campaign(path, overrides)
+        if as_json:
+            print_json(
+                {
+                    "ok": True,
+                    "campaign": campaign.model_dump(mode="json"),
+                    "config_hash": campaign.config_hash(),
+                }
+            )
+        else:
+            t = campaign.training
+            console.print(
+                f"[bold green]ok[/] {path}: campaign [bold]{campaign.name}[/], task "
+                f"{campaign.hypothesis.task}, model {campaign.model.name_or_path} "
+                f"({campaign.model.method}), {len(campaign.variants)} variant(s) x "
+                f"{len(campaign.seeds)} seed(s), microbatch {t.microbatch} x accumulation "
+                f"{t.accumulation}, config hash {campaign.config_hash()}"
+            )
+        return 0
+
+    _run(body)
+
+
+@app.command()
+def schema() -> None:
+    """Print the campaign file's JSON Schema (point your editor's YAML plugin at it).
+
+    Example: tunepilot schema > campaign.schema.json
+    """
+    from tunepilot.campaign import json_schema
+    from tunepilot.console import print_json
+
+    print_json(json_schema())
+
+
+@app.command()
+def init(
+    directory: Annotated[Path, typer.Argument(help="Folder for the new campaign.")],
+    task: Annotated[
+        str, typer.Option(help="classification | extraction | format")
+    ] = "classification",
+    force: Annotated[bool, typer.Option(help="Overwrite an existing campaign.yaml.")] = False,
+) -> None:
+    """Write a commented campaign.yaml that starts with the command that runs it.
+
+    Example: tunepilot init tickets --task classification
+    """
+
+    def body() -> int:
+        from tunepilot.console import console
+        from tunepilot.templates import write_template
+
+        path = write_template(directory, task, force=force)
+        console.print(f"wrote {path}\nnext: [bold]tunepilot validate {path}[/]")
+        return 0
+
+    _run(body)
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------
+
+
+@data_app.command("audit")
+def data_audit(
+    args: CampaignArgs = None,
+    as_json: JsonFlag = False,
+    no_tokenizer: Annotated[
+        bool, typer.Option("--no-tokenizer", help="Skip the token-length and truncation checks.")
+    ] = False,
+) -> None:
+    """Audit the campaign's data: duplicates, near-duplicates, leakage by group or time,
+    labels, class balance, label mapping and truncation. Exit 1 when a check FAILs.
+
+    Example: tunepilot data audit campaign.yaml data.split.policy=group
+    """
+
+    def body() -> int:
+        from tunepilot.data_flow import audit_workspace
+        from tunepilot.workspace import Workspace
+
+        path, overrides = _split_campaign_args(args)
+        return audit_workspace(Workspace.open(path, overrides), as_json, not no_tokenizer)
+
+    _run(body)
+
+
+@data_app.command("show")
+def data_show(
+    args: CampaignArgs = None,
+    n: Annotated[int, typer.Option("-n", help="Examples to show.")] = 3,
+    per_class: Annotated[
+        int, typer.Option("--per-class", help="Also show K examples of each class (D4).")
+    ] = 0,
+    split: Annotated[str, typer.Option(help="train | validation | test")] = "train",
+    as_json: JsonFlag = False,
+) -> None:
+    """Show examples after the exact encoding the trainer uses: tokens, separators, the
+    positions that carry loss, the truncation point and the expected target (D3-D5).
+
+    Example: tunepilot data show campaign.yaml -n 2 --per-class 1 --split validation
+    """
+
+    def body() -> int:
+        from tunepilot.data_flow import show_workspace
+        from tunepilot.workspace import Workspace
+
+        path, overrides = _split_campaign_args(args)
+        return show_workspace(Workspace.open(path, overrides), split, n, per_class, as_json)
+
+    _run(body)
+
+
+# ---------------------------------------------------------------------------------------------
+# demo
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def demo(
+    directory: Annotated[Path, typer.Argument(help="Where to write the demo campaign.")] = Path(
+        "demo-campaign"
+    ),
+    task: Annotated[str, typer.Option(help="classification | extraction")] = "classification",
+) -> None:
+    """Generate the demo ticket data and campaign, then run the chain on embedded defaults.
+
+    Example: tunepilot demo demo-campaign
+    """
+
+    def body() -> int:
+        from tunepilot.demo.campaign import run_demo
+
+        return run_demo(directory, task)
+
+    _run(body)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

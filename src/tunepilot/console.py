@@ -1,0 +1,55 @@
+"""How tunepilot talks to a terminal: findings tables, input errors, JSON output.
+
+One place for presentation so every command prints verdicts the same way. Rich only; nothing
+heavy is imported here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tunepilot.errors import InputError
+from tunepilot.verdict import Finding, Verdict
+
+console = Console()
+error_console = Console(stderr=True)
+
+VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.WARN: "bold yellow", Verdict.FAIL: "bold red"}
+
+
+def print_input_error(err: InputError) -> None:
+    """Every problem on its own line: where, what was found, the fix."""
+    error_console.print(f"[bold red]error:[/] {err.title} ({len(err.problems)} problem(s))")
+    for problem in err.problems:
+        error_console.print(f"  [bold]{problem.where}[/]: {problem.found}", highlight=False)
+        error_console.print(f"    [cyan]fix:[/] {problem.fix}", highlight=False)
+
+
+def findings_table(findings: list[Finding], title: str) -> Table:
+    table = Table(title=title, show_lines=False, expand=True)
+    table.add_column("check", style="bold", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("what was seen / what to do", ratio=1)
+    table.add_column("req", no_wrap=True, style="dim")
+    for f in findings:
+        sentence = f.sentence
+        if f.examples:
+            sentence += f" [dim](e.g. {', '.join(map(str, f.examples[:3]))})[/]"
+        table.add_row(
+            f.check, f"[{VERDICT_STYLE[f.verdict]}]{f.verdict}[/]", sentence, f.requirement
+        )
+    return table
+
+
+def print_findings(findings: list[Finding], title: str) -> None:
+    console.print(findings_table(findings, title))
+
+
+def print_json(payload: Any) -> None:
+    """Machine-readable output on stdout, nothing else on it."""
+    sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")

@@ -1,0 +1,86 @@
+"""The data commands end to end: prepare -> audit / show, with the result saved next to the
+data version so a colleague can re-read what was checked (D1-D8)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tunepilot.verdict import Finding, exit_code
+from tunepilot.workspace import Workspace
+
+
+def audit_findings(ws: Workspace, with_tokenizer: bool = True) -> tuple[Any, list[Finding]]:
+    """Prepare the data and run every audit check; returns (prepared, findings)."""
+    from tunepilot.data.audit import run_audit
+
+    prepared = ws.prepare()
+    encoder = ws.encoder(prepared.label_names) if with_tokenizer else None
+    label_map = ws.model_label_map() if with_tokenizer else None
+    findings = run_audit(
+        prepared, ws.campaign.data, ws.campaign.hypothesis.task, encoder, label_map
+    )
+    if prepared.folder is not None:
+        _write_json(
+            prepared.folder / "audit.json",
+            {
+                "version": prepared.version,
+                "findings": [f.to_json() for f in findings],
+            },
+        )
+    return prepared, findings
+
+
+def audit_workspace(ws: Workspace, as_json: bool, with_tokenizer: bool = True) -> int:
+    from tunepilot.console import console, print_findings, print_json
+
+    prepared, findings = audit_findings(ws, with_tokenizer)
+    if as_json:
+        print_json(
+            {
+                "version": prepared.version,
+                "counts": {k: len(v) for k, v in prepared.splits.items()},
+                "findings": [f.to_json() for f in findings],
+            }
+        )
+    else:
+        counts = ", ".join(f"{k} {len(v)}" for k, v in prepared.splits.items())
+        print_findings(findings, f"data audit: version {prepared.version} ({counts})")
+        if prepared.folder is not None:
+            console.print(f"saved {prepared.folder / 'audit.json'}")
+    return exit_code(findings)
+
+
+def show_workspace(ws: Workspace, split: str, n: int, per_class: int, as_json: bool) -> int:
+    from tunepilot.console import console, print_json
+    from tunepilot.data.inspect import print_samples, render_samples, samples_to_json
+    from tunepilot.errors import input_error
+
+    prepared = ws.prepare()
+    if split not in prepared.splits or not prepared.splits[split]:
+        raise input_error(
+            "--split",
+            f"split `{split}` is empty or unknown",
+            f"use one of {', '.join(k for k, v in prepared.splits.items() if v)}",
+        )
+    encoder = ws.encoder(prepared.label_names)
+    samples = render_samples(
+        encoder, ws.tokenizer, prepared.splits[split], n=n, per_class=per_class
+    )
+    if as_json:
+        print_json(
+            {"version": prepared.version, "split": split, "samples": samples_to_json(samples)}
+        )
+    else:
+        print_samples(samples, console)
+    return 0
+
+
+def _write_json(path: Path, payload: Any) -> None:
+    """Atomic write: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str), "utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,106 @@
+"""The campaign folder: one place that knows where everything lives (DESIGN: the campaign folder).
+
+```
+campaign.yaml  tunepilot.db  data/<version>/  runs/<run-id>/  pilots/<pilot-id>/  exports/<run-id>/
+report/index.html
+```
+A `Workspace` is opened from a campaign file plus command-line overrides. Heavy pieces (the
+tokenizer, the encoder) are built on first use, so `validate` never pays for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunepilot.campaign import Campaign, load_campaign
+
+if TYPE_CHECKING:
+    from tunepilot.data.prepared import PreparedData
+
+
+@dataclass
+class Workspace:
+    campaign_file: Path
+    campaign: Campaign
+    overrides: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, campaign_file: str | Path, overrides: list[str] | None = None) -> Workspace:
+        path = Path(campaign_file)
+        return cls(path.resolve(), load_campaign(path, overrides or []), list(overrides or []))
+
+    # -- folders ---------------------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        return self.campaign_file.parent
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def pilots_dir(self) -> Path:
+        return self.root / "pilots"
+
+    @property
+    def exports_dir(self) -> Path:
+        return self.root / "exports"
+
+    @property
+    def report_dir(self) -> Path:
+        return self.root / "report"
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.root / "tunepilot.db"
+
+    # -- data and encoding ------------------------------------------------------------------
+    def encoding_identity(self) -> dict[str, Any]:
+        """What the data version must include about encoding (D1), without loading anything."""
+        m, d = self.campaign.model, self.campaign.data
+        return {
+            "task": self.campaign.hypothesis.task,
+            "model": m.name_or_path,
+            "revision": m.revision,
+            "max_length": d.max_length,
+            "template": d.template if self.campaign.hypothesis.task != "classification" else None,
+            "mask_prompt": d.mask_prompt,
+        }
+
+    def prepare(self, write: bool = True) -> PreparedData:
+        from tunepilot.data.prepare import prepare_data
+
+        return prepare_data(self.campaign, self.root, write=write)
+
+    @cached_property
+    def model_source(self) -> Any:
+        from tunepilot.base_model import resolve_source
+
+        return resolve_source(self.campaign.model, root=self.root)
+
+    @cached_property
+    def tokenizer(self) -> Any:
+        from tunepilot.base_model import load_tokenizer
+
+        return load_tokenizer(self.model_source, self.campaign.model.trust_remote_code)
+
+    def encoder(self, label_names: list[str]) -> Any:
+        from tunepilot.tasks import make_encoder
+
+        return make_encoder(self.campaign, self.tokenizer, label_names)
+
+    def model_label_map(self) -> dict[int, str] | None:
+        """id2label of a head the base model already has (D6), read from config.json only."""
+        import json
+
+        config_file = Path(self.model_source.path) / "config.json"
+        if not config_file.is_file():
+            return None
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        architectures = config.get("architectures") or []
+        if not any(a.endswith("ForSequenceClassification") for a in architectures):
+            return None
+        return {int(k): v for k, v in (config.get("id2label") or {}).items()}
