@@ -117,10 +117,12 @@ def validate(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
 
     def body() -> int:
         from tunepilot.campaign import load_campaign
+        from tunepilot.campaign.checks import raise_on_problems
         from tunepilot.console import console, print_json
 
         path, overrides = _split_campaign_args(args)
         campaign = load_campaign(path, overrides)
+        raise_on_problems(campaign, path.resolve().parent, str(path))
         if as_json:
             print_json(
                 {

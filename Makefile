@@ -1,0 +1,35 @@
+# tunepilot: two commands on a fresh machine.
+#   make demo   installs into .venv and runs the demo campaign
+#   make test   installs into .venv and runs the tests (what .ci/run calls)
+#
+# TORCH picks the PyTorch build. The default pins the CPU wheel this machine ships; it must be
+# installed in the same pip command as peft, or pip pulls a multi-GB CUDA build. On a GPU box:
+#   make demo TORCH=torch
+PYTHON ?= python3
+TORCH ?= torch==2.13.0
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-slow lint bench clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet "$(TORCH)" -e ".[train,minilm,dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/tunepilot demo demo-campaign
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/python -m pytest
+
+test-slow: $(STAMP)
+	$(VENV)/bin/python -m pytest -m slow
+
+bench: $(STAMP)
+	for b in benchmarks/bench_*.py; do $(VENV)/bin/python $$b || exit 1; done
+
+clean-venv:
+	rm -rf $(VENV)

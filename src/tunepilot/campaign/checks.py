@@ -1,0 +1,45 @@
+"""Checks a campaign needs beyond its schema, still without importing torch: files exist,
+variants are single explainable changes (V1, V2). Run by `tunepilot validate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tunepilot.campaign.schema import Campaign
+from tunepilot.campaign.variants import check_variants
+from tunepilot.errors import InputError, Problem
+
+
+def data_paths(campaign: Campaign, root: Path) -> dict[str, Path]:
+    """The data files, resolved next to the campaign file when relative."""
+    d = campaign.data
+    named = dict(d.files) if d.files else {"file": d.file}
+    return {k: (root / v if not Path(v).is_absolute() else Path(v)) for k, v in named.items() if v}
+
+
+def check_campaign(campaign: Campaign, root: Path) -> list[Problem]:
+    problems: list[Problem] = []
+    for key, path in data_paths(campaign, root).items():
+        if not path.is_file():
+            dotted = "data.file" if key == "file" else f"data.files.{key}"
+            problems.append(Problem(dotted, f"no such file {path}",
+                                    "fix the path (relative paths start at the campaign folder)"))
+    model = campaign.model
+    local = root / model.name_or_path
+    looks_local = model.name_or_path.startswith((".", "/", "~")) or local.exists()
+    if looks_local and not (local / "config.json").is_file() and model.name_or_path != "minilm":
+        problems.append(Problem("model.name_or_path", f"{local} has no config.json",
+                                "point it at a Hugging Face model folder"))
+    if (not looks_local and model.name_or_path != "minilm" and "/" in model.name_or_path
+            and not model.revision):
+        problems.append(Problem("model.revision", f"hub id `{model.name_or_path}` without a "
+                                "revision", "pin the exact commit so every run sees the same "
+                                "weights (P4)"))
+    problems += check_variants(campaign)
+    return problems
+
+
+def raise_on_problems(campaign: Campaign, root: Path, source: str) -> None:
+    problems = check_campaign(campaign, root)
+    if problems:
+        raise InputError(problems, title=f"invalid campaign {source}")
