@@ -1,1 +1,47 @@
-"""Task encoders: one file per task kind behind the small `TaskEncoder` protocol (base.py)."""
+"""Task encoders: one file per task kind behind the small `TaskEncoder` protocol (base.py).
+
+`make_encoder` is the one place that turns a campaign into an encoder, so `data show`, the
+audit's truncation check, training and evaluation all encode the same way (D3, D5, D6).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunepilot.campaign import Campaign
+from tunepilot.errors import InputError, Problem
+from tunepilot.tasks.base import TaskEncoder
+from tunepilot.tasks.classification import ClassificationEncoder
+from tunepilot.tasks.generation import GenerationEncoder
+
+
+def make_encoder(campaign: Campaign, tokenizer: Any, label_names: list[str]) -> TaskEncoder:
+    """The encoder for `campaign.hypothesis.task`, built from the campaign's data settings.
+
+    `label_names` is the class list in id order (PreparedData.label_names); it is required for
+    classification and ignored otherwise.
+    """
+    data = campaign.data
+    task = campaign.hypothesis.task
+    if task == "classification":
+        if not label_names:
+            raise InputError(
+                [Problem("data.labels", "no class names for a classification campaign",
+                         "list them in data.labels or give training rows a label")],
+                title="invalid label mapping",
+            )
+        return ClassificationEncoder(
+            tokenizer, label_names, data.max_length, context_fields=data.fields.context
+        )
+    return GenerationEncoder(
+        tokenizer,
+        data.template,
+        data.max_length,
+        mask_prompt=data.mask_prompt,
+        task=task,
+        required_fields=campaign.hypothesis.required_fields,
+        schema=campaign.hypothesis.target_schema,
+    )
+
+
+__all__ = ["ClassificationEncoder", "GenerationEncoder", "make_encoder"]

@@ -1,0 +1,165 @@
+"""`data show`: a few examples after the program's exact preprocessing, for a person to check.
+
+D3: the tokens the model receives (special tokens visible), the separators between them, where
+truncation cut, and which positions carry the loss. D4: K representative examples per class
+with their expected target. The samples come from the same `encoder.encode` that training
+uses, never from a re-implementation, so what is shown is what is trained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tunepilot.data.example import Example
+from tunepilot.errors import InputError, Problem
+from tunepilot.tasks.base import IGNORE_INDEX
+
+NEWLINE, TAB, SPACE, SEPARATOR, SCISSORS = "⏎", "⇥", "␣", "|", "✂"
+
+
+@dataclass
+class Sample:
+    """One example as encoded: tokens with their loss flag, truncation and expected target."""
+
+    id: str
+    source: str
+    kind: str
+    expected: str
+    tokens: list[dict[str, Any]]
+    truncated: bool
+    truncation_point: int | None
+    full_length: int
+    n_loss_tokens: int
+    label: str | None = None
+    loss_on_label: str | None = None
+    target_truncated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def pick_examples(
+    examples: list[Example], n: int = 3, per_class: int = 0, label_order: list[str] | None = None
+) -> list[Example]:
+    """The first `n` examples, or the first `per_class` of each class in id order (D4).
+
+    Classes come in `label_order` (the id order) when given, else sorted by name; a class
+    with fewer examples shows all it has.
+    """
+    if per_class <= 0:
+        return examples[:n]
+    labelled = [e for e in examples if e.label is not None]
+    if not labelled:
+        raise InputError(
+            [Problem("data.fields.label", "these examples have no class labels",
+                     "set data.fields.label to show examples per class, or use --n")],
+            title="no classes to sample",
+        )
+    names = list(label_order or [])
+    names += sorted({e.label for e in labelled} - set(names))  # type: ignore[arg-type]
+    picked: list[Example] = []
+    for name in names:
+        members = sorted((e for e in labelled if e.label == name), key=lambda e: e.id)
+        picked += members[:per_class]
+    return picked
+
+
+def render_samples(
+    encoder: Any, tokenizer: Any, examples: list[Example], n: int = 3, per_class: int = 0
+) -> list[Sample]:
+    """Encode the chosen examples with `encoder` and lay out every token with its loss flag."""
+    order = getattr(encoder, "label_names", None)
+    samples = []
+    for example in pick_examples(examples, n=n, per_class=per_class, label_order=order):
+        enc = encoder.encode(example)
+        classification = encoder.kind == "classification"
+        tokens = [
+            {
+                "token": tokenizer.decode([tid], skip_special_tokens=False),
+                "id": tid,
+                "loss": (not classification) and label != IGNORE_INDEX,
+            }
+            for tid, label in zip(
+                enc.input_ids,
+                enc.labels if not classification else [IGNORE_INDEX] * len(enc.input_ids),
+                strict=True,
+            )
+        ]
+        expected = encoder.expected_target(example)
+        notes = []
+        if enc.target_truncated:
+            notes.append("max_length cut answer tokens: the model never sees the whole answer")
+        if enc.loss_tokens == 0:
+            notes.append("no position carries loss: this example teaches nothing")
+        samples.append(
+            Sample(
+                id=example.id,
+                source=example.source,
+                kind=encoder.kind,
+                expected=expected,
+                tokens=tokens,
+                truncated=enc.truncated,
+                truncation_point=len(enc.input_ids) if enc.truncated else None,
+                full_length=enc.full_length,
+                n_loss_tokens=enc.loss_tokens,
+                label=example.label,
+                loss_on_label=expected if classification else None,
+                target_truncated=enc.target_truncated,
+                notes=notes,
+            )
+        )
+    return samples
+
+
+def samples_to_json(samples: list[Sample]) -> list[dict[str, Any]]:
+    """JSON-ready samples (`data show --json`)."""
+    return [asdict(s) for s in samples]
+
+
+def visible(piece: str) -> str:
+    """A token piece with its whitespace made visible, so separators cannot hide."""
+    return piece.replace("\n", NEWLINE).replace("\t", TAB).replace(" ", SPACE)
+
+
+def sample_text(sample: Sample) -> Any:
+    """One sample as a Rich Text: `|` between tokens, loss positions bold green underlined,
+    `✂` where max_length cut."""
+    from rich.text import Text
+
+    text = Text()
+    for i, tok in enumerate(sample.tokens):
+        if i:
+            text.append(SEPARATOR, style="dim")
+        text.append(visible(tok["token"]), style="bold green underline" if tok["loss"] else "")
+    if sample.truncation_point is not None:
+        cut = sample.full_length - sample.truncation_point
+        text.append(f" {SCISSORS} ", style="bold red")
+        text.append(f"({cut} more token(s) cut by max_length)", style="red")
+    return text
+
+
+def print_samples(samples: list[Sample], console: Any) -> None:
+    """Print samples for a person to check (D3, D4)."""
+    from rich.text import Text
+
+    for s in samples:
+        head = Text(f"{s.id}", style="bold")
+        head.append(f"  ({s.source})  {len(s.tokens)} tokens", style="dim")
+        if s.label is not None:
+            head.append(f"  class {s.label}", style="cyan")
+        console.print(head)
+        console.print(sample_text(s))
+        if s.loss_on_label is not None:
+            console.print(Text(f"loss on label: {s.loss_on_label}", style="bold green"),
+                          Text("(no token carries loss; the head predicts the class)", style="dim"))
+        else:
+            console.print(Text(f"loss on {s.n_loss_tokens} token(s) (bold green, underlined)",
+                               style="green"))
+            console.print(Text("expected: ", style="bold") + Text(s.expected))
+        for note in s.notes:
+            console.print(Text(f"WARN: {note}", style="yellow"))
+        console.print()
+    if samples:
+        console.print(
+            Text(f"{SEPARATOR} separates tokens, {NEWLINE} newline, {SPACE} space, "
+                 f"{TAB} tab, {SCISSORS} truncation point", style="dim")
+        )

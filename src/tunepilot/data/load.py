@@ -1,0 +1,445 @@
+"""Load one data file into `Example`s, or refuse with every problem named by file and line (D1).
+
+Why so strict: a half-loaded file trains a different experiment than the one the campaign
+describes, silently. So a file is either loaded completely or an `InputError` lists what is
+wrong (up to MAX_PROBLEMS, then a count), each with `file:line`, what was found and the fix.
+
+Formats: JSONL, CSV, TSV (quoting on or off) and Parquet. Bytes are decoded line by line so a
+non-UTF-8 byte is reported with its line and byte offset instead of one opaque decode error.
+CSV is read with `strict=True`: a quote that is text, not CSV quoting (raw TSV such as the SMS
+spam collection), would otherwise merge lines silently; with strict parsing it becomes an
+error whose fix is `data.quoting: false`. Pure Python; pyarrow is imported only for Parquet.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from datetime import time as dtime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from tunepilot.campaign import DataSettings
+from tunepilot.data.example import Example
+from tunepilot.errors import InputError, Problem
+
+MAX_PROBLEMS = 50
+_SUFFIX_FORMAT = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+_QUOTING_FIX = (
+    "check the quotes on that line; if quote characters are part of the text (raw TSV), "
+    "set `data.quoting: false`"
+)
+
+Row = tuple[int, dict[str, Any]]  # (physical line or parquet row number, column -> value)
+
+
+@dataclass
+class ProblemList:
+    """Collects problems up to MAX_PROBLEMS and counts the rest, so one run shows them all."""
+
+    where: str
+    problems: list[Problem] = field(default_factory=list)
+    hidden: int = 0
+
+    def add(self, where: str, found: str, fix: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(Problem(where, found, fix))
+        else:
+            self.hidden += 1
+
+    def raise_if_any(self, title: str) -> None:
+        if not self.problems:
+            return
+        problems = list(self.problems)
+        if self.hidden:
+            problems.append(
+                Problem(self.where, f"and {self.hidden} more problem(s)", "fix the ones above first")
+            )
+        raise InputError(problems, title=title)
+
+
+def load_file(
+    path: Path, data: DataSettings, task: str, split_name: str | None = None
+) -> list[Example]:
+    """Every example of one file, in file order; raises InputError listing every problem."""
+    path = Path(path)
+    problems = ProblemList(str(path))
+    title = f"cannot load the {split_name} file {path}" if split_name else f"cannot load {path}"
+    if not path.exists():
+        problems.add(
+            str(path),
+            "no such file",
+            "check `data.file` / `data.files` (relative paths start at the campaign folder)",
+        )
+    elif not path.is_file():
+        problems.add(str(path), "a folder, not a file", "point the data setting at one file")
+    problems.raise_if_any(title)
+    fmt = detect_format(path, data.format, problems)
+    problems.raise_if_any(title)
+    if fmt == "parquet":
+        rows, columns = _read_parquet(path, problems)
+    else:
+        lines = _decode_lines(path, path.read_bytes(), problems)
+        if not any(line.strip() for line in lines):
+            problems.add(f"{path}:1", "the file is empty", "give a file with examples in it")
+        elif fmt == "jsonl":
+            rows, columns = _read_jsonl(path, lines, problems)
+        else:
+            rows, columns = _read_delimited(path, lines, fmt, data, problems)
+    problems.raise_if_any(title)
+    if not rows:
+        problems.add(f"{path}:1", "no examples (only a header or blank lines)", "add rows")
+    problems.raise_if_any(title)
+    examples = _to_examples(path, rows, columns, data, task, problems)
+    problems.raise_if_any(title)
+    return examples
+
+
+def detect_format(path: Path, declared: str, problems: ProblemList) -> str:
+    """`data.format`, or the suffix; .txt / no suffix: tabs mean TSV, commas CSV."""
+    if declared != "auto":
+        return declared
+    suffix = path.suffix.lower()
+    if suffix in _SUFFIX_FORMAT:
+        return _SUFFIX_FORMAT[suffix]
+    with path.open("rb") as handle:
+        first = handle.readline()
+    if b"\t" in first:
+        return "tsv"
+    if b"," in first:
+        return "csv"
+    problems.add(
+        str(path),
+        f"cannot tell the format of a `{suffix or 'no suffix'}` file",
+        "set `data.format` to jsonl, csv, tsv or parquet",
+    )
+    return "unknown"
+
+
+def _decode_lines(path: Path, raw: bytes, problems: ProblemList) -> list[str]:
+    """Split on LF (so numbers match editors for LF and CRLF files) and decode each line."""
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    pieces = raw.split(b"\n")
+    if pieces and pieces[-1] == b"":
+        pieces.pop()
+    lines, offset = [], 0
+    for number, piece in enumerate(pieces, start=1):
+        try:
+            text = piece.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.add(
+                f"{path}:{number}",
+                f"not UTF-8: byte 0x{piece[exc.start]:02x} at byte offset {offset + exc.start} "
+                f"(column {exc.start + 1} of the line)",
+                "re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)",
+            )
+            text = piece.decode("utf-8", errors="replace")
+        lines.append(text + "\n")
+        offset += len(piece) + 1
+    return lines
+
+
+def _read_jsonl(path: Path, lines: list[str], problems: ProblemList) -> tuple[list[Row], list[str]]:
+    if lines and lines[0].lstrip().startswith("["):
+        problems.add(
+            f"{path}:1",
+            "a JSON array, not JSON Lines",
+            "write one JSON object per line (JSONL), e.g. `jq -c '.[]' in.json > out.jsonl`",
+        )
+        return [], []
+    rows: list[Row] = []
+    columns: dict[str, None] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.add(
+                f"{path}:{number}",
+                f"not valid JSON ({exc.msg} at column {exc.colno})",
+                "fix that line: one JSON object per line, double-quoted keys and strings",
+            )
+            continue
+        if not isinstance(value, dict):
+            problems.add(
+                f"{path}:{number}",
+                f"a JSON {type(value).__name__}, not an object",
+                'write each line as an object such as {"text": ..., "label": ...}',
+            )
+            continue
+        columns.update(dict.fromkeys(value))
+        rows.append((number, value))
+    return rows, list(columns)
+
+
+def _read_delimited(
+    path: Path, lines: list[str], fmt: str, data: DataSettings, problems: ProblemList
+) -> tuple[list[Row], list[str]]:
+    """CSV / TSV with the physical line where each record starts (records may span lines)."""
+    quoting = csv.QUOTE_MINIMAL if data.quoting else csv.QUOTE_NONE
+    reader = csv.reader(
+        iter(lines), delimiter="\t" if fmt == "tsv" else ",", quoting=quoting, strict=True
+    )
+    records: list[tuple[int, list[str]]] = []
+    start = 1
+    while True:
+        try:
+            record = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            problems.add(f"{path}:{start}", f"unreadable CSV record ({exc})", _QUOTING_FIX)
+            start = reader.line_num + 1
+            continue
+        if record:
+            records.append((start, record))
+        start = reader.line_num + 1
+    names = list(data.columns) if data.columns else None
+    if data.header and records:
+        line, header = records.pop(0)
+        if names is not None and len(names) != len(header):
+            problems.add(
+                f"{path}:{line}",
+                f"the header has {len(header)} columns but `data.columns` names {len(names)}",
+                "make `data.columns` match the header, or remove it to use the header names",
+            )
+        names = names or [h.strip() for h in header]
+        duplicates = sorted({n for n in names if names.count(n) > 1 or not n})
+        if duplicates:
+            problems.add(
+                f"{path}:{line}",
+                f"empty or repeated column names {duplicates}",
+                "give every column a unique name in the header",
+            )
+    if names is None:
+        problems.add(
+            "data.columns",
+            f"{path} has no header (`data.header: false`) and no column names",
+            "list them, e.g. `columns: [label, text]`, or set `data.header: true`",
+        )
+        return [], []
+    rows: list[Row] = []
+    for line, record in records:
+        if len(record) != len(names):
+            multi = " (this record spans several lines)" if "\n" in "".join(record) else ""
+            problems.add(
+                f"{path}:{line}",
+                f"{len(record)} fields where the header has {len(names)} "
+                f"({', '.join(names)}){multi}",
+                _QUOTING_FIX if data.quoting and '"' in "".join(record) else
+                "quote fields that contain the separator, or fix the separators on that line",
+            )
+            continue
+        rows.append((line, dict(zip(names, record, strict=True))))
+    return rows, names
+
+
+def _read_parquet(path: Path, problems: ProblemList) -> tuple[list[Row], list[str]]:
+    """Rows numbered from 1 (there are no lines in Parquet)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        problems.add(str(path), "pyarrow is not installed", "pip install pyarrow")
+        return [], []
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        problems.add(
+            str(path),
+            f"not a readable Parquet file ({str(exc).splitlines()[0][:160]})",
+            "re-export it (e.g. `df.to_parquet(path)`) or give JSONL/CSV and set `data.format`",
+        )
+        return [], []
+    rows = [(i + 1, row) for i, row in enumerate(table.to_pylist())]
+    return rows, list(table.column_names)
+
+
+# --------------------------------------------------------------------------------------------
+# rows -> examples
+# --------------------------------------------------------------------------------------------
+
+
+def _to_examples(
+    path: Path,
+    rows: list[Row],
+    columns: list[str],
+    data: DataSettings,
+    task: str,
+    problems: ProblemList,
+) -> list[Example]:
+    fields = data.fields
+    mapped = {
+        role: name
+        for role, name in (
+            ("id", fields.id),
+            ("text", fields.text),
+            ("label", fields.label),
+            ("target", fields.target),
+            ("group", fields.group),
+            ("time", fields.time),
+        )
+        if name
+    }
+    mapped.update({f"context[{i}]": name for i, name in enumerate(fields.context)})
+    absent = {name for name in mapped.values() if name not in columns}
+    for role, name in mapped.items():
+        if name in absent:
+            key = "context" if role.startswith("context") else role
+            close = difflib.get_close_matches(name, columns, n=1, cutoff=0.5)
+            hint = f"did you mean `{close[0]}`? " if close else ""
+            shown = ", ".join(columns[:30]) + (" ..." if len(columns) > 30 else "")
+            problems.add(
+                f"{path}:1 data.fields.{key}",
+                f"column `{name}` is in no row",
+                f"{hint}the columns are: {shown}",
+            )
+    declared = set(data.labels) if data.labels else None
+    unknown: dict[str, list[int]] = {}
+    seen_ids: dict[str, int] = {}
+    examples: list[Example] = []
+    for line, row in rows:
+        where = f"{path}:{line}"
+        errors_before = len(problems.problems) + problems.hidden
+
+        def get(name: str | None, role: str, where: str = where, row: dict = row) -> Any:
+            if not name or name in absent:
+                return None
+            value = row.get(name)
+            if value is None or value == "":
+                problems.add(where, f"missing `{name}` ({role})", f"fill `{name}` or drop the row")
+                return None
+            return _plain(value, where, name, problems)
+
+        ex_id = _scalar(get(fields.id, "id"), where, fields.id, problems) if fields.id else None
+        if ex_id is None and not fields.id:
+            ex_id = f"{path.stem}:{line}"
+        text = row.get(fields.text) if fields.text not in absent else ""
+        if fields.text not in absent and not isinstance(text, str) and text is not None:
+            problems.add(where, f"text `{fields.text}` is a {type(text).__name__}", "make it text")
+        elif fields.text not in absent and (text is None or not text.strip()):
+            if "drop_empty" not in data.cleaning:
+                problems.add(
+                    where,
+                    f"empty text in `{fields.text}`",
+                    "fill or remove the row, or add `drop_empty` to `data.cleaning`",
+                )
+            text = text or ""
+        label = _scalar(get(fields.label, "label"), where, fields.label, problems)
+        if label is not None and declared is not None and label not in declared:
+            unknown.setdefault(label, []).append(line)
+        target = get(fields.target, "target")
+        if target is not None and task in ("extraction", "format"):
+            target = _parse_target(target, where, fields.target or "", problems)
+        group = _scalar(get(fields.group, "group"), where, fields.group, problems)
+        when = _scalar(get(fields.time, "time"), where, fields.time, problems)
+        context = {
+            name: _plain(row.get(name), where, name, problems)
+            for name in fields.context
+            if name not in absent
+        }
+        if ex_id is not None:
+            if ex_id in seen_ids:
+                problems.add(
+                    where,
+                    f"id `{ex_id}` already used on line {seen_ids[ex_id]}",
+                    f"make `{fields.id}` unique (ids name examples in splits and the test seal)",
+                )
+            else:
+                seen_ids[ex_id] = line
+        if len(problems.problems) + problems.hidden == errors_before and ex_id is not None:
+            examples.append(
+                Example(
+                    id=ex_id,
+                    text=text if isinstance(text, str) else "",
+                    source=where,
+                    label=label,
+                    target=target,
+                    group=group,
+                    time=when,
+                    context=context,
+                )
+            )
+    for label, lines in sorted(unknown.items()):
+        allowed = list(data.labels or [])
+        close = difflib.get_close_matches(label, allowed, n=1)
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        more = f" and {len(lines) - 5} more" if len(lines) > 5 else ""
+        problems.add(
+            f"{path}:{lines[0]}",
+            f"label `{label}` (lines {', '.join(map(str, lines[:5]))}{more}) is not in "
+            f"`data.labels`",
+            f"{hint}allowed labels: {', '.join(allowed)}; fix the rows or add it to `data.labels`",
+        )
+    return examples
+
+
+def _scalar(value: Any, where: str, name: str | None, problems: ProblemList) -> str | None:
+    """Ids, labels, groups and times are compared as strings: 1 and "1" are the same class."""
+    if value is None:
+        return None
+    if isinstance(value, dict | list):
+        problems.add(where, f"`{name}` holds a {type(value).__name__}", "give a single value")
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _parse_target(value: Any, where: str, name: str, problems: ProblemList) -> Any:
+    """The JSON answer: an object/array as is, or a JSON string (CSV) parsed."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            problems.add(
+                where,
+                f"target `{name}` is not valid JSON ({exc.msg} at column {exc.colno})",
+                "write the target as a JSON object, e.g. "
+                '{"field": "value"} (in CSV, double the inner quotes)',
+            )
+            return None
+    if not isinstance(value, dict | list):
+        problems.add(
+            where,
+            f"target `{name}` is a JSON {type(value).__name__}, not an object or array",
+            'write the answer as a JSON object such as {"field": "value"}',
+        )
+        return None
+    return value
+
+
+def _plain(value: Any, where: str, name: str, problems: ProblemList) -> Any:
+    """JSON-safe values only (the data version hashes them): dates become ISO strings."""
+    convert: Callable[[Any], Any] = lambda v: _plain(v, where, name, problems)  # noqa: E731
+    if isinstance(value, datetime | date | dtime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            problems.add(where, f"`{name}` holds non-UTF-8 bytes", "store it as UTF-8 text")
+            return None
+    if isinstance(value, dict):
+        return {str(k): convert(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [convert(v) for v in value]
+    return value

@@ -1,0 +1,244 @@
+"""THE evaluation procedure: the baseline and every variant go through this one function (H3, V2).
+
+Comparability is made explicit: `EvalResult.config` holds everything that decides what a
+number means (which examples, batch size, decoding, generation budget, metric names, the
+encoder's identity) and `config_hash` is its stable hash. Two results are comparable only when
+their hashes are equal; compare.py refuses otherwise. Predictions are kept per example so a
+gain limited to a few examples shows up (H3, V5).
+
+Decoding is greedy and batched with left padding; the new tokens are cut at the first EOS.
+torch is imported inside the functions: importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunepilot.campaign import stable_hash
+from tunepilot.data.example import Example
+from tunepilot.errors import InputError, Problem
+from tunepilot.tasks.base import IGNORE_INDEX
+from tunepilot.tasks.metrics import classification_metrics, extraction_metrics, format_metrics
+
+PROCEDURE_VERSION = 1
+"""Bumped whenever this procedure changes what a number means; part of the config hash."""
+
+
+@dataclass
+class EvalResult:
+    """Metrics, one row per example (predictions kept), and what makes it comparable."""
+
+    metrics: dict[str, Any]
+    rows: list[dict[str, Any]]
+    config: dict[str, Any]
+    config_hash: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def eval_config(
+    encoder: Any, examples: list[Example], batch_size: int, max_new_tokens: int
+) -> dict[str, Any]:
+    """What two evaluations must share to be compared (V2). Device and timing are left out:
+    the same procedure on CPU and GPU must hash the same."""
+    generative = encoder.kind == "causal_lm"
+    if not generative:
+        metric_names = ["accuracy", "macro_f1", "micro_f1", "per_class", "loss"]
+    elif encoder.task == "extraction":
+        metric_names = [
+            "json_validity", "schema_validity", "required_field_presence", "object_exact",
+            "field_exact_macro", "field_token_f1_macro", "per_field", "loss",
+        ]
+    else:
+        metric_names = ["exact_match", "token_f1", "loss"]
+    return {
+        "procedure_version": PROCEDURE_VERSION,
+        "kind": encoder.kind,
+        "n_examples": len(examples),
+        "split_ids_hash": stable_hash([e.id for e in examples]),
+        "batch_size": batch_size,
+        "max_new_tokens": max_new_tokens if generative else None,
+        "decoding": "greedy" if generative else "argmax",
+        "metric_names": metric_names,
+        "encoder": encoder.describe(),
+    }
+
+
+def evaluate(
+    model: Any,
+    encoder: Any,
+    examples: list[Example],
+    batch_size: int,
+    max_new_tokens: int,
+    device: str = "cpu",
+) -> EvalResult:
+    """Evaluate `model` on `examples` with the fixed procedure; the model's mode is restored.
+
+    Classification: batched forward, argmax, rows {id, gold, pred, correct, logits}.
+    Causal LM: teacher-forced loss on the answer tokens, then greedy generation from the
+    prompt; rows {id, output, gold, ...extraction or format checks}.
+    """
+    import time
+
+    import torch
+
+    if not examples:
+        raise InputError(
+            [Problem("evaluation split", "no examples", "give the split at least one example")],
+            title="nothing to evaluate",
+        )
+    if batch_size < 1 or max_new_tokens < 1:
+        raise ValueError("batch_size and max_new_tokens must be >= 1")
+    config = eval_config(encoder, examples, batch_size, max_new_tokens)
+    was_training = model.training
+    model.eval()
+    start = time.perf_counter()
+    try:
+        with torch.no_grad():
+            if encoder.kind == "classification":
+                metrics, rows = _classify(model, encoder, examples, batch_size, device)
+            else:
+                metrics, rows = _generate(model, encoder, examples, batch_size, max_new_tokens,
+                                          device)
+    finally:
+        model.train(was_training)
+    return EvalResult(
+        metrics=metrics,
+        rows=rows,
+        config=config,
+        config_hash=stable_hash(config),
+        timings={"seconds": time.perf_counter() - start},
+    )
+
+
+def _pad_id(tokenizer: Any) -> int:
+    """pad, else EOS (Llama-style tokenizers have no pad), else 0: masked positions anyway."""
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def _batch(seqs: list[list[int]], pad: int, left: bool, device: str) -> tuple[Any, Any]:
+    """Pad a list of id lists into (input_ids, attention_mask) tensors."""
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids, mask = [], []
+    for s in seqs:
+        fill = [pad] * (width - len(s))
+        ids.append(fill + s if left else s + fill)
+        ones, zeros = [1] * len(s), [0] * (width - len(s))
+        mask.append(zeros + ones if left else ones + zeros)
+    return (torch.tensor(ids, device=device), torch.tensor(mask, device=device))
+
+
+def _classify(
+    model: Any, encoder: Any, examples: list[Example], batch_size: int, device: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    import torch
+
+    n_model = getattr(getattr(model, "config", None), "num_labels", None)
+    if n_model is not None and n_model != len(encoder.label_names):
+        raise InputError(
+            [Problem("model", f"the classification head has {n_model} outputs but the data "
+                     f"has {len(encoder.label_names)} classes",
+                     "load the model with num_labels and id2label from data.labels (D6)")],
+            title="label mapping mismatch",
+        )
+    pad = _pad_id(encoder.tokenizer)
+    rows: list[dict[str, Any]] = []
+    loss_sum = 0.0
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i : i + batch_size]
+        encoded = [encoder.encode(e) for e in chunk]
+        ids, mask = _batch([e.input_ids for e in encoded], pad, left=False, device=device)
+        logits = model(input_ids=ids, attention_mask=mask).logits.float()
+        gold = torch.tensor([e.labels[0] for e in encoded], device=logits.device)
+        loss_sum += torch.nn.functional.cross_entropy(logits, gold, reduction="sum").item()
+        preds = logits.argmax(dim=-1).tolist()
+        for ex, enc, pred, row_logits in zip(chunk, encoded, preds, logits.tolist(), strict=True):
+            rows.append(
+                {
+                    "id": ex.id,
+                    "gold": ex.label,
+                    "pred": encoder.id2label[pred],
+                    "correct": encoder.id2label[pred] == ex.label,
+                    "logits": row_logits,
+                    "truncated": enc.truncated,
+                }
+            )
+    metrics = classification_metrics(
+        [r["gold"] for r in rows], [r["pred"] for r in rows], encoder.label_names
+    )
+    metrics["loss"] = loss_sum / len(rows)
+    return metrics, rows
+
+
+def _answer_loss(model: Any, encoded: list[Any], pad: int, device: str) -> tuple[float, int]:
+    """Summed next-token cross-entropy on the loss positions of a batch, and their count."""
+    import torch
+
+    ids, mask = _batch([e.input_ids for e in encoded], pad, left=False, device=device)
+    width = ids.shape[1]
+    labels = torch.tensor(
+        [e.labels + [IGNORE_INDEX] * (width - len(e.labels)) for e in encoded], device=device
+    )
+    logits = model(input_ids=ids, attention_mask=mask).logits.float()
+    shifted, targets = logits[:, :-1, :], labels[:, 1:]
+    loss = torch.nn.functional.cross_entropy(
+        shifted.reshape(-1, shifted.shape[-1]), targets.reshape(-1),
+        ignore_index=IGNORE_INDEX, reduction="sum",
+    )
+    return loss.item(), int((targets != IGNORE_INDEX).sum().item())
+
+
+def _generate(
+    model: Any,
+    encoder: Any,
+    examples: list[Example],
+    batch_size: int,
+    max_new_tokens: int,
+    device: str,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    tokenizer = encoder.tokenizer
+    pad, eos = _pad_id(tokenizer), tokenizer.eos_token_id
+    outputs: list[str] = []
+    stopped: list[bool] = []
+    loss_sum, loss_tokens = 0.0, 0
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i : i + batch_size]
+        s, n = _answer_loss(model, [encoder.encode(e) for e in chunk], pad, device)
+        loss_sum, loss_tokens = loss_sum + s, loss_tokens + n
+        prompts = [encoder.prompt_ids(e) for e in chunk]
+        ids, mask = _batch(prompts, pad, left=True, device=device)
+        generated = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=pad,
+            eos_token_id=eos,
+        )
+        for row in generated[:, ids.shape[1] :].tolist():
+            cut = row.index(eos) if eos in row else len(row)
+            stopped.append(cut < len(row))
+            outputs.append(tokenizer.decode(row[:cut], skip_special_tokens=True))
+    ids_list = [e.id for e in examples]
+    if encoder.task == "extraction":
+        gold = [encoder.gold_object(e) for e in examples]
+        scored = extraction_metrics(
+            gold, outputs, encoder.required_fields, encoder.schema, ids=ids_list
+        )
+    else:
+        gold = [encoder.answer_text(e) for e in examples]
+        scored = format_metrics(gold, outputs, ids=ids_list)
+    rows = []
+    for g, out, stop, row in zip(gold, outputs, stopped, scored["rows"], strict=True):
+        rows.append({**row, "gold": g, "output": out, "stopped_at_eos": stop})
+    metrics = scored["metrics"]
+    metrics["loss"] = loss_sum / loss_tokens if loss_tokens else math.nan
+    metrics["stopped_at_eos"] = sum(stopped) / len(stopped)
+    return metrics, rows
