@@ -47,8 +47,14 @@ def eval_config(
         metric_names = ["accuracy", "macro_f1", "micro_f1", "per_class", "loss"]
     elif encoder.task == "extraction":
         metric_names = [
-            "json_validity", "schema_validity", "required_field_presence", "object_exact",
-            "field_exact_macro", "field_token_f1_macro", "per_field", "loss",
+            "json_validity",
+            "schema_validity",
+            "required_field_presence",
+            "object_exact",
+            "field_exact_macro",
+            "field_token_f1_macro",
+            "per_field",
+            "loss",
         ]
     else:
         metric_names = ["exact_match", "token_f1", "loss"]
@@ -99,8 +105,9 @@ def evaluate(
             if encoder.kind == "classification":
                 metrics, rows = _classify(model, encoder, examples, batch_size, device)
             else:
-                metrics, rows = _generate(model, encoder, examples, batch_size, max_new_tokens,
-                                          device)
+                metrics, rows = _generate(
+                    model, encoder, examples, batch_size, max_new_tokens, device
+                )
     finally:
         model.train(was_training)
     return EvalResult(
@@ -142,9 +149,14 @@ def _classify(
     n_model = getattr(getattr(model, "config", None), "num_labels", None)
     if n_model is not None and n_model != len(encoder.label_names):
         raise InputError(
-            [Problem("model", f"the classification head has {n_model} outputs but the data "
-                     f"has {len(encoder.label_names)} classes",
-                     "load the model with num_labels and id2label from data.labels (D6)")],
+            [
+                Problem(
+                    "model",
+                    f"the classification head has {n_model} outputs but the data "
+                    f"has {len(encoder.label_names)} classes",
+                    "load the model with num_labels and id2label from data.labels (D6)",
+                )
+            ],
             title="label mapping mismatch",
         )
     pad = _pad_id(encoder.tokenizer)
@@ -188,8 +200,10 @@ def _answer_loss(model: Any, encoded: list[Any], pad: int, device: str) -> tuple
     logits = model(input_ids=ids, attention_mask=mask).logits.float()
     shifted, targets = logits[:, :-1, :], labels[:, 1:]
     loss = torch.nn.functional.cross_entropy(
-        shifted.reshape(-1, shifted.shape[-1]), targets.reshape(-1),
-        ignore_index=IGNORE_INDEX, reduction="sum",
+        shifted.reshape(-1, shifted.shape[-1]),
+        targets.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
     )
     return loss.item(), int((targets != IGNORE_INDEX).sum().item())
 
@@ -206,6 +220,7 @@ def _generate(
     pad, eos = _pad_id(tokenizer), tokenizer.eos_token_id
     outputs: list[str] = []
     stopped: list[bool] = []
+    n_tokens: list[int] = []
     loss_sum, loss_tokens = 0.0, 0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i : i + batch_size]
@@ -225,6 +240,7 @@ def _generate(
         for row in generated[:, ids.shape[1] :].tolist():
             cut = row.index(eos) if eos in row else len(row)
             stopped.append(cut < len(row))
+            n_tokens.append(cut)
             outputs.append(tokenizer.decode(row[:cut], skip_special_tokens=True))
     ids_list = [e.id for e in examples]
     if encoder.task == "extraction":
@@ -236,8 +252,8 @@ def _generate(
         gold = [encoder.answer_text(e) for e in examples]
         scored = format_metrics(gold, outputs, ids=ids_list)
     rows = []
-    for g, out, stop, row in zip(gold, outputs, stopped, scored["rows"], strict=True):
-        rows.append({**row, "gold": g, "output": out, "stopped_at_eos": stop})
+    for g, out, stop, n, row in zip(gold, outputs, stopped, n_tokens, scored["rows"], strict=True):
+        rows.append({**row, "gold": g, "output": out, "output_tokens": n, "stopped_at_eos": stop})
     metrics = scored["metrics"]
     metrics["loss"] = loss_sum / loss_tokens if loss_tokens else math.nan
     metrics["stopped_at_eos"] = sum(stopped) / len(stopped)

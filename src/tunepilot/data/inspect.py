@@ -50,8 +50,13 @@ def pick_examples(
     labelled = [e for e in examples if e.label is not None]
     if not labelled:
         raise InputError(
-            [Problem("data.fields.label", "these examples have no class labels",
-                     "set data.fields.label to show examples per class, or use --n")],
+            [
+                Problem(
+                    "data.fields.label",
+                    "these examples have no class labels",
+                    "set data.fields.label to show examples per class, or use --n",
+                )
+            ],
             title="no classes to sample",
         )
     names = list(label_order or [])
@@ -149,17 +154,23 @@ def print_samples(samples: list[Sample], console: Any) -> None:
         console.print(head)
         console.print(sample_text(s))
         if s.loss_on_label is not None:
-            console.print(Text(f"loss on label: {s.loss_on_label}", style="bold green"),
-                          Text("(no token carries loss; the head predicts the class)", style="dim"))
+            console.print(
+                Text(f"loss on label: {s.loss_on_label}", style="bold green"),
+                Text("(no token carries loss; the head predicts the class)", style="dim"),
+            )
         else:
-            console.print(Text(f"loss on {s.n_loss_tokens} token(s) (bold green, underlined)",
-                               style="green"))
+            console.print(
+                Text(f"loss on {s.n_loss_tokens} token(s) (bold green, underlined)", style="green")
+            )
             console.print(Text("expected: ", style="bold") + Text(s.expected))
         for note in s.notes:
             console.print(Text(f"WARN: {note}", style="yellow"))
         console.print()
     if samples:
         console.print(
-            Text(f"{SEPARATOR} separates tokens, {NEWLINE} newline, {SPACE} space, "
-                 f"{TAB} tab, {SCISSORS} truncation point", style="dim")
+            Text(
+                f"{SEPARATOR} separates tokens, {NEWLINE} newline, {SPACE} space, "
+                f"{TAB} tab, {SCISSORS} truncation point",
+                style="dim",
+            )
         )

@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import difflib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from datetime import time as dtime
@@ -29,16 +28,8 @@ from tunepilot.data.example import Example
 from tunepilot.errors import InputError, Problem
 
 MAX_PROBLEMS = 50
-_SUFFIX_FORMAT = {
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "jsonl",
-    ".csv": "csv",
-    ".tsv": "tsv",
-    ".tab": "tsv",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-}
+_SUFFIX_FORMAT = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}
+_SUFFIX_FORMAT |= {".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet"}
 _QUOTING_FIX = (
     "check the quotes on that line; if quote characters are part of the text (raw TSV), "
     "set `data.quoting: false`"
@@ -55,6 +46,10 @@ class ProblemList:
     problems: list[Problem] = field(default_factory=list)
     hidden: int = 0
 
+    @property
+    def count(self) -> int:
+        return len(self.problems) + self.hidden
+
     def add(self, where: str, found: str, fix: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(Problem(where, found, fix))
@@ -62,14 +57,9 @@ class ProblemList:
             self.hidden += 1
 
     def raise_if_any(self, title: str) -> None:
-        if not self.problems:
-            return
-        problems = list(self.problems)
-        if self.hidden:
-            problems.append(
-                Problem(self.where, f"and {self.hidden} more problem(s)", "fix the ones above first")
-            )
-        raise InputError(problems, title=title)
+        more = [Problem(self.where, f"and {self.hidden} more problem(s)", "fix the ones above")]
+        if self.problems:
+            raise InputError(self.problems + (more if self.hidden else []), title=title)
 
 
 def load_file(
@@ -90,6 +80,7 @@ def load_file(
     problems.raise_if_any(title)
     fmt = detect_format(path, data.format, problems)
     problems.raise_if_any(title)
+    rows, columns = [], []
     if fmt == "parquet":
         rows, columns = _read_parquet(path, problems)
     else:
@@ -196,8 +187,7 @@ def _read_delimited(
     reader = csv.reader(
         iter(lines), delimiter="\t" if fmt == "tsv" else ",", quoting=quoting, strict=True
     )
-    records: list[tuple[int, list[str]]] = []
-    start = 1
+    records, start = [], 1
     while True:
         try:
             record = next(reader)
@@ -242,8 +232,9 @@ def _read_delimited(
                 f"{path}:{line}",
                 f"{len(record)} fields where the header has {len(names)} "
                 f"({', '.join(names)}){multi}",
-                _QUOTING_FIX if data.quoting and '"' in "".join(record) else
-                "quote fields that contain the separator, or fix the separators on that line",
+                _QUOTING_FIX
+                if data.quoting and '"' in "".join(record)
+                else "quote fields that contain the separator, or fix the separators on that line",
             )
             continue
         rows.append((line, dict(zip(names, record, strict=True))))
@@ -284,150 +275,153 @@ def _to_examples(
     task: str,
     problems: ProblemList,
 ) -> list[Example]:
-    fields = data.fields
-    mapped = {
-        role: name
-        for role, name in (
-            ("id", fields.id),
-            ("text", fields.text),
-            ("label", fields.label),
-            ("target", fields.target),
-            ("group", fields.group),
-            ("time", fields.time),
-        )
-        if name
-    }
-    mapped.update({f"context[{i}]": name for i, name in enumerate(fields.context)})
-    absent = {name for name in mapped.values() if name not in columns}
+    f = data.fields
+    mapped = {"id": f.id, "text": f.text, "label": f.label, "target": f.target, "group": f.group}
+    mapped |= {"time": f.time} | {f"context[{i}]": name for i, name in enumerate(f.context)}
+    absent = {name for name in mapped.values() if name and name not in columns}
     for role, name in mapped.items():
-        if name in absent:
-            key = "context" if role.startswith("context") else role
+        if name in absent:  # a wrong field name: one problem, not one per row
             close = difflib.get_close_matches(name, columns, n=1, cutoff=0.5)
             hint = f"did you mean `{close[0]}`? " if close else ""
             shown = ", ".join(columns[:30]) + (" ..." if len(columns) > 30 else "")
             problems.add(
-                f"{path}:1 data.fields.{key}",
+                f"{path}:1 data.fields.{role.split('[')[0]}",
                 f"column `{name}` is in no row",
                 f"{hint}the columns are: {shown}",
             )
-    declared = set(data.labels) if data.labels else None
-    unknown: dict[str, list[int]] = {}
+    reader = _RowReader(path, data, task, absent, problems)
     seen_ids: dict[str, int] = {}
+    unknown: dict[str, list[int]] = {}
     examples: list[Example] = []
     for line, row in rows:
-        where = f"{path}:{line}"
-        errors_before = len(problems.problems) + problems.hidden
-
-        def get(name: str | None, role: str, where: str = where, row: dict = row) -> Any:
-            if not name or name in absent:
-                return None
-            value = row.get(name)
-            if value is None or value == "":
-                problems.add(where, f"missing `{name}` ({role})", f"fill `{name}` or drop the row")
-                return None
-            return _plain(value, where, name, problems)
-
-        ex_id = _scalar(get(fields.id, "id"), where, fields.id, problems) if fields.id else None
-        if ex_id is None and not fields.id:
-            ex_id = f"{path.stem}:{line}"
-        text = row.get(fields.text) if fields.text not in absent else ""
-        if fields.text not in absent and not isinstance(text, str) and text is not None:
-            problems.add(where, f"text `{fields.text}` is a {type(text).__name__}", "make it text")
-        elif fields.text not in absent and (text is None or not text.strip()):
-            if "drop_empty" not in data.cleaning:
-                problems.add(
-                    where,
-                    f"empty text in `{fields.text}`",
-                    "fill or remove the row, or add `drop_empty` to `data.cleaning`",
-                )
-            text = text or ""
-        label = _scalar(get(fields.label, "label"), where, fields.label, problems)
-        if label is not None and declared is not None and label not in declared:
-            unknown.setdefault(label, []).append(line)
-        target = get(fields.target, "target")
-        if target is not None and task in ("extraction", "format"):
-            target = _parse_target(target, where, fields.target or "", problems)
-        group = _scalar(get(fields.group, "group"), where, fields.group, problems)
-        when = _scalar(get(fields.time, "time"), where, fields.time, problems)
-        context = {
-            name: _plain(row.get(name), where, name, problems)
-            for name in fields.context
-            if name not in absent
-        }
-        if ex_id is not None:
-            if ex_id in seen_ids:
-                problems.add(
-                    where,
-                    f"id `{ex_id}` already used on line {seen_ids[ex_id]}",
-                    f"make `{fields.id}` unique (ids name examples in splits and the test seal)",
-                )
-            else:
-                seen_ids[ex_id] = line
-        if len(problems.problems) + problems.hidden == errors_before and ex_id is not None:
-            examples.append(
-                Example(
-                    id=ex_id,
-                    text=text if isinstance(text, str) else "",
-                    source=where,
-                    label=label,
-                    target=target,
-                    group=group,
-                    time=when,
-                    context=context,
-                )
+        before = problems.count
+        example = reader.example(line, row)
+        if example is None:
+            continue
+        if example.id in seen_ids:
+            problems.add(
+                example.source,
+                f"id `{example.id}` already used on line {seen_ids[example.id]}",
+                f"make `{f.id}` unique (ids name examples in splits and the test seal)",
             )
+        seen_ids.setdefault(example.id, line)
+        if data.labels and example.label is not None and example.label not in data.labels:
+            unknown.setdefault(example.label, []).append(line)
+        elif problems.count == before:
+            examples.append(example)
     for label, lines in sorted(unknown.items()):
-        allowed = list(data.labels or [])
-        close = difflib.get_close_matches(label, allowed, n=1)
+        close = difflib.get_close_matches(label, data.labels or [], n=1)
         hint = f"did you mean `{close[0]}`? " if close else ""
         more = f" and {len(lines) - 5} more" if len(lines) > 5 else ""
         problems.add(
             f"{path}:{lines[0]}",
             f"label `{label}` (lines {', '.join(map(str, lines[:5]))}{more}) is not in "
-            f"`data.labels`",
-            f"{hint}allowed labels: {', '.join(allowed)}; fix the rows or add it to `data.labels`",
+            "`data.labels`",
+            f"{hint}allowed: {', '.join(data.labels or [])}; fix the rows or extend `data.labels`",
         )
     return examples
 
 
-def _scalar(value: Any, where: str, name: str | None, problems: ProblemList) -> str | None:
-    """Ids, labels, groups and times are compared as strings: 1 and "1" are the same class."""
-    if value is None:
-        return None
-    if isinstance(value, dict | list):
-        problems.add(where, f"`{name}` holds a {type(value).__name__}", "give a single value")
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+@dataclass
+class _RowReader:
+    """One parsed row -> one Example, adding a problem for every bad value it meets."""
 
+    path: Path
+    data: DataSettings
+    task: str
+    absent: set[str]
+    problems: ProblemList
 
-def _parse_target(value: Any, where: str, name: str, problems: ProblemList) -> Any:
-    """The JSON answer: an object/array as is, or a JSON string (CSV) parsed."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            problems.add(
+    def example(self, line: int, row: dict[str, Any]) -> Example | None:
+        f, where = self.data.fields, f"{self.path}:{line}"
+        ex_id = self.scalar(row, f.id, where) if f.id else f"{self.path.stem}:{line}"
+        text = self.text(row, where)
+        target = self.value(row, f.target, where)
+        if target is not None and self.task in ("extraction", "format"):
+            target = self.parse_target(target, where)
+        context = {n: _plain(row.get(n), where, n, self.problems) for n in f.context}
+        label, group = self.scalar(row, f.label, where), self.scalar(row, f.group, where)
+        when = self.scalar(row, f.time, where)  # every value checked, even on a bad row
+        if ex_id is None or text is None:
+            return None
+        return Example(
+            id=ex_id,
+            text=text,
+            source=where,
+            label=label,
+            target=target,
+            group=group,
+            time=when,
+            context={k: v for k, v in context.items() if k not in self.absent},
+        )
+
+    def value(self, row: dict[str, Any], name: str | None, where: str) -> Any:
+        """A mapped column's value; a mapped column must be filled on every row."""
+        if not name or name in self.absent:
+            return None
+        value = row.get(name)
+        if value is None or value == "":
+            self.problems.add(where, f"missing `{name}`", f"fill `{name}` or remove the row")
+            return None
+        return _plain(value, where, name, self.problems)
+
+    def scalar(self, row: dict[str, Any], name: str | None, where: str) -> str | None:
+        """Ids, labels, groups and times compare as strings: 1 and "1" are the same class."""
+        value = self.value(row, name, where)
+        if isinstance(value, dict | list):
+            self.problems.add(where, f"`{name}` holds a {type(value).__name__}", "give one value")
+            return None
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return None if value is None else str(value)
+
+    def text(self, row: dict[str, Any], where: str) -> str | None:
+        """Empty text is an error unless the campaign declares `drop_empty` (then cleaning
+        drops and counts it): either way nothing disappears without being reported."""
+        name = self.data.fields.text
+        if name in self.absent:
+            return None
+        value = row.get(name)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            if "drop_empty" in self.data.cleaning:
+                return value or ""
+            self.problems.add(
                 where,
-                f"target `{name}` is not valid JSON ({exc.msg} at column {exc.colno})",
-                "write the target as a JSON object, e.g. "
-                '{"field": "value"} (in CSV, double the inner quotes)',
+                f"empty text in `{name}`",
+                "fill or remove the row, or add `drop_empty` to `data.cleaning`",
             )
             return None
-    if not isinstance(value, dict | list):
-        problems.add(
-            where,
-            f"target `{name}` is a JSON {type(value).__name__}, not an object or array",
-            'write the answer as a JSON object such as {"field": "value"}',
-        )
-        return None
-    return value
+        if not isinstance(value, str):
+            self.problems.add(where, f"text `{name}` is a {type(value).__name__}", "quote it")
+            return None
+        return value
+
+    def parse_target(self, value: Any, where: str) -> Any:
+        """The JSON answer: an object/array as is, or a JSON string (CSV) parsed."""
+        name = self.data.fields.target
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                self.problems.add(
+                    where,
+                    f"target `{name}` is not valid JSON ({exc.msg} at column {exc.colno})",
+                    'write it as a JSON object, e.g. {"field": "value"} '
+                    "(in CSV, double the inner quotes)",
+                )
+                return None
+        if not isinstance(value, dict | list):
+            self.problems.add(
+                where,
+                f"target `{name}` is a JSON {type(value).__name__}, not an object or array",
+                'write the answer as a JSON object such as {"field": "value"}',
+            )
+            return None
+        return value
 
 
 def _plain(value: Any, where: str, name: str, problems: ProblemList) -> Any:
     """JSON-safe values only (the data version hashes them): dates become ISO strings."""
-    convert: Callable[[Any], Any] = lambda v: _plain(v, where, name, problems)  # noqa: E731
     if isinstance(value, datetime | date | dtime):
         return value.isoformat()
     if isinstance(value, Decimal):
@@ -439,7 +433,7 @@ def _plain(value: Any, where: str, name: str, problems: ProblemList) -> Any:
             problems.add(where, f"`{name}` holds non-UTF-8 bytes", "store it as UTF-8 text")
             return None
     if isinstance(value, dict):
-        return {str(k): convert(v) for k, v in value.items()}
+        return {str(k): _plain(v, where, name, problems) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [convert(v) for v in value]
+        return [_plain(v, where, name, problems) for v in value]
     return value

@@ -26,8 +26,13 @@ def make_encoder(campaign: Campaign, tokenizer: Any, label_names: list[str]) -> 
     if task == "classification":
         if not label_names:
             raise InputError(
-                [Problem("data.labels", "no class names for a classification campaign",
-                         "list them in data.labels or give training rows a label")],
+                [
+                    Problem(
+                        "data.labels",
+                        "no class names for a classification campaign",
+                        "list them in data.labels or give training rows a label",
+                    )
+                ],
                 title="invalid label mapping",
             )
         return ClassificationEncoder(

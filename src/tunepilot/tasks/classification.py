@@ -99,7 +99,9 @@ class ClassificationEncoder:
     def label_id(self, example: Example) -> int:
         """The class id of an example; an unknown or missing label names the row and the classes."""
         if example.label not in self.label2id:
-            shown = ", ".join(self.label_names[:20]) + (" ..." if len(self.label_names) > 20 else "")
+            shown = ", ".join(self.label_names[:20]) + (
+                " ..." if len(self.label_names) > 20 else ""
+            )
             raise InputError(
                 [
                     Problem(
@@ -113,7 +115,7 @@ class ClassificationEncoder:
         return self.label2id[example.label]  # type: ignore[index]
 
     def encode(self, example: Example) -> Encoded:
-        """input_ids with the tokenizer's special tokens; labels = [class id] (loss on the label)."""
+        """input_ids with the tokenizer's special tokens; labels = [class id]: loss on the label."""
         label = self.label_id(example)
         text, pair = self._segments(example)
         full = self.tokenizer(text, pair, add_special_tokens=True, verbose=False)["input_ids"]
@@ -150,7 +152,9 @@ class ClassificationEncoder:
         }
 
 
-def check_label_mapping(model_id2label: dict[Any, str] | None, encoder: ClassificationEncoder) -> Finding:
+def check_label_mapping(
+    model_id2label: dict[Any, str] | None, encoder: ClassificationEncoder
+) -> Finding:
     """D6: a head trained with another class order still yields a finite loss on the wrong task.
 
     Compares a model config's id2label with the encoder's mapping. Generic names (LABEL_0 ...)

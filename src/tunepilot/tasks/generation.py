@@ -13,11 +13,11 @@ import json
 import string
 from typing import Any, Literal
 
+from tunepilot.campaign import stable_hash
 from tunepilot.data.example import Example
 from tunepilot.errors import InputError, Problem
 from tunepilot.tasks.base import IGNORE_INDEX, Encoded
 from tunepilot.tasks.classification import _value_text, tokenizer_identity
-from tunepilot.campaign import stable_hash
 from tunepilot.verdict import Finding, Verdict
 
 
@@ -45,20 +45,35 @@ class GenerationEncoder:
             fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
         except ValueError as exc:
             raise InputError(
-                [Problem("data.template", f"not a valid template ({exc})",
-                         "write fields as {text}; double literal braces as {{ and }}")],
+                [
+                    Problem(
+                        "data.template",
+                        f"not a valid template ({exc})",
+                        "write fields as {text}; double literal braces as {{ and }}",
+                    )
+                ],
                 title="invalid template",
             ) from None
         if "text" not in fields:
             raise InputError(
-                [Problem("data.template", f"{template!r} has no {{text}} field",
-                         "put {text} where the example text goes")],
+                [
+                    Problem(
+                        "data.template",
+                        f"{template!r} has no {{text}} field",
+                        "put {text} where the example text goes",
+                    )
+                ],
                 title="invalid template",
             )
         if tokenizer.eos_token_id is None:
             raise InputError(
-                [Problem("model.name_or_path", "the tokenizer has no EOS token",
-                         "use a tokenizer with an eos_token (the answer must end with it)")],
+                [
+                    Problem(
+                        "model.name_or_path",
+                        "the tokenizer has no EOS token",
+                        "use a tokenizer with an eos_token (the answer must end with it)",
+                    )
+                ],
                 title="invalid tokenizer",
             )
         self.tokenizer = tokenizer
@@ -80,9 +95,13 @@ class GenerationEncoder:
         missing = [f for f in self.template_fields if f not in values]
         if missing:
             raise InputError(
-                [Problem(example.source, f"example {example.id} has no field(s) {missing} "
-                         "used by data.template",
-                         "add the column(s) to data.fields.context or remove them from the template")],
+                [
+                    Problem(
+                        example.source,
+                        f"example {example.id} has no field(s) {missing} used by data.template",
+                        "add the column(s) to data.fields.context or remove them from the template",
+                    )
+                ],
                 title="template field missing",
             )
         body = self.template.format(**{**values, "text": example.text})
@@ -97,8 +116,13 @@ class GenerationEncoder:
         target = example.target
         if target is None:
             raise InputError(
-                [Problem(example.source, f"example {example.id} has no target",
-                         "fill the target column for every row (data.fields.target)")],
+                [
+                    Problem(
+                        example.source,
+                        f"example {example.id} has no target",
+                        "fill the target column for every row (data.fields.target)",
+                    )
+                ],
                 title="missing target",
             )
         if self.task == "format":
@@ -113,15 +137,24 @@ class GenerationEncoder:
                 target = json.loads(target)
             except json.JSONDecodeError as exc:
                 raise InputError(
-                    [Problem(example.source, f"example {example.id}: target is not JSON ({exc.msg})",
-                             "write the target as a JSON object")],
+                    [
+                        Problem(
+                            example.source,
+                            f"example {example.id}: target is not JSON ({exc.msg})",
+                            "write the target as a JSON object",
+                        )
+                    ],
                     title="invalid target",
                 ) from None
         if not isinstance(target, dict):
             raise InputError(
-                [Problem(example.source,
-                         f"example {example.id}: target is {type(target).__name__}, not an object",
-                         "extraction targets are JSON objects with fields")],
+                [
+                    Problem(
+                        example.source,
+                        f"example {example.id}: target is {type(target).__name__}, not an object",
+                        "extraction targets are JSON objects with fields",
+                    )
+                ],
                 title="invalid target",
             )
         return target
@@ -133,9 +166,9 @@ class GenerationEncoder:
         none; a plain template gets the tokenizer's usual ones (e.g. BOS).
         """
         text = self.render_prompt(example)
-        ids = self.tokenizer(
-            text, add_special_tokens=not self.uses_chat_template, verbose=False
-        )["input_ids"]
+        ids = self.tokenizer(text, add_special_tokens=not self.uses_chat_template, verbose=False)[
+            "input_ids"
+        ]
         return list(ids)[: self.max_length]
 
     def _answer_ids(self, example: Example) -> list[int]:

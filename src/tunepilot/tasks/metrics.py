@@ -209,8 +209,10 @@ def extraction_metrics(
         for name in fields:
             if name in gold:
                 pred_value = obj.get(name) if obj is not None else None
-                match = obj is not None and name in obj and _canonical(pred_value) == _canonical(
-                    gold[name]
+                match = (
+                    obj is not None
+                    and name in obj
+                    and _canonical(pred_value) == _canonical(gold[name])
                 )
                 f1 = token_f1(gold[name], pred_value) if obj is not None and name in obj else 0.0
                 stats[name]["support"] += 1
@@ -280,9 +282,7 @@ def format_metrics(
     ids = ids if ids is not None else [str(i) for i in range(len(outputs))]
     rows = []
     for example_id, g, o in zip(ids, gold, outputs, strict=True):
-        rows.append(
-            {"id": example_id, "exact": g.strip() == o.strip(), "token_f1": token_f1(g, o)}
-        )
+        rows.append({"id": example_id, "exact": g.strip() == o.strip(), "token_f1": token_f1(g, o)})
     n = len(rows)
     return {
         "metrics": {

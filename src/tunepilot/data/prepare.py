@@ -1,0 +1,221 @@
+"""Campaign -> PreparedData: load every file, clean, split with the sealed test, version (D1, D8,
+H4), and record what was used under `data/<version>/splits.json`.
+
+Why here and not in each command: the audit, `data show`, the pilot and training must all see
+the same examples, so there is exactly one path from the campaign to the splits. The first
+prepare that has a test split writes `data/test_seal.json`; every later prepare reads it and
+keeps those ids as the test split, whatever the seed or the file order (H4).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tunepilot.campaign import Campaign, stable_hash
+from tunepilot.data.clean import clean
+from tunepilot.data.example import SPLITS, Example, Splits
+from tunepilot.data.load import MAX_PROBLEMS, load_file
+from tunepilot.data.prepared import PreparedData
+from tunepilot.data.split import SEAL_FILE, make_splits
+from tunepilot.data.version import data_version
+from tunepilot.errors import InputError, Problem
+
+
+def prepare_data(campaign: Campaign, root: Path, write: bool = True) -> PreparedData:
+    """Load, clean, split and version the campaign's data; write the split ids when `write`."""
+    root = Path(root)
+    data = campaign.data
+    task = campaign.hypothesis.task
+    loaded = _load_all(campaign, root)
+    order = list(loaded)
+    # Clean the whole file set at once, in train, validation, test order, so that
+    # drop_exact_duplicates keeps the training copy of a duplicate (see clean.py).
+    cleaned, counts = clean([ex for name in order for ex in loaded[name]], data.cleaning)
+    if not cleaned:
+        raise InputError(
+            [
+                Problem(
+                    "data.cleaning",
+                    "no example is left after cleaning",
+                    "check the text column (`data.fields.text`) and the cleaning rules",
+                )
+            ],
+            title="no data",
+        )
+    source: list[Example] | dict[str, list[Example]] = cleaned
+    if data.files is not None:
+        home = {ex.id: name for name in order for ex in loaded[name]}
+        source = {name: [] for name in order}
+        for ex in cleaned:
+            source[home[ex.id]].append(ex)
+    seal = read_seal(root)
+    splits = make_splits(source, data.split, data.fields, seal["ids"] if seal else None)
+    label_names = _label_names(campaign, splits)
+    encoding = encoding_identity(campaign, label_names)
+    version = data_version(splits, data.cleaning, data.split, encoding)
+    policy = data.split.model_dump(mode="json")
+    folder = None
+    if write:
+        folder = root / "data" / version
+        write_json_atomic(
+            folder / "splits.json",
+            {
+                "version": version,
+                "policy": policy,
+                "counts": {name: len(exs) for name, exs in splits.items()},
+                "ids": {name: [ex.id for ex in exs] for name, exs in splits.items()},
+                "cleaning": [asdict(c) for c in counts],
+                "label_names": label_names,
+                "encoding": encoding,
+                "task": task,
+            },
+        )
+        if seal is None and splits["test"]:
+            seal = new_seal([ex.id for ex in splits["test"]])
+            write_json_atomic(root / SEAL_FILE, seal)
+    return PreparedData(
+        splits=splits,
+        version=version,
+        label_names=label_names,
+        cleaning=counts,
+        split_policy=policy,
+        folder=folder,
+        test_seal=seal,
+    )
+
+
+def data_paths(campaign: Campaign, root: Path) -> dict[str, Path]:
+    """{split or "all": path}; relative paths start at the campaign folder."""
+    data = campaign.data
+    given = dict(data.files) if data.files is not None else {"all": data.file or ""}
+    ordered = {name: given[name] for name in (*SPLITS, "all") if name in given}
+    out = {}
+    for name, text in ordered.items():
+        path = Path(text).expanduser()
+        out[name] = path if path.is_absolute() else Path(root) / path
+    return out
+
+
+def encoding_identity(campaign: Campaign, label_names: list[str]) -> dict[str, Any]:
+    """What the data version includes about encoding (D1). The label order is in it because
+    it fixes which class id each name gets (D6)."""
+    m, d, task = campaign.model, campaign.data, campaign.hypothesis.task
+    return {
+        "task": task,
+        "model": m.name_or_path,
+        "revision": m.revision,
+        "max_length": d.max_length,
+        "template": d.template if task != "classification" else None,
+        "mask_prompt": d.mask_prompt,
+        "label_names": label_names,
+    }
+
+
+def read_seal(root: Path) -> dict[str, Any] | None:
+    """The sealed test ids, checked against their own hash so an edited seal is refused."""
+    path = Path(root) / SEAL_FILE
+    if not path.is_file():
+        return None
+    fix = "restore the file from a backup, or delete it deliberately to seal a new test"
+    try:
+        seal = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(
+            [Problem(str(path), f"not readable JSON ({exc})", fix)], title="broken test seal"
+        ) from None
+    ids = seal.get("ids") if isinstance(seal, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise InputError(
+            [Problem(f"{path} ids", "no list of test ids", fix)], title="broken test seal"
+        )
+    if seal.get("hash") != seal_hash(ids):
+        raise InputError(
+            [
+                Problem(
+                    f"{path} hash", "the ids do not match the seal's hash (edited by hand?)", fix
+                )
+            ],
+            title="broken test seal",
+        )
+    return seal
+
+
+def seal_hash(ids: list[str]) -> str:
+    """The seal fixes *which* examples are the test; the data version covers their content."""
+    return stable_hash(sorted(ids))
+
+
+def new_seal(ids: list[str]) -> dict[str, Any]:
+    return {
+        "ids": list(ids),
+        "hash": seal_hash(list(ids)),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write to a temporary file in the same folder, then os.replace: never half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            json.dump(payload, handle, indent=2, ensure_ascii=False)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _load_all(campaign: Campaign, root: Path) -> dict[str, list[Example]]:
+    """Every file loaded, or one InputError with the problems of all files together."""
+    data, task = campaign.data, campaign.hypothesis.task
+    problems: list[Problem] = []
+    loaded: dict[str, list[Example]] = {}
+    for name, path in data_paths(campaign, root).items():
+        try:
+            loaded[name] = load_file(path, data, task, None if name == "all" else name)
+        except InputError as exc:
+            problems.extend(exc.problems)
+    seen: dict[str, Example] = {}
+    repeats = 0
+    for name in loaded:
+        for ex in loaded[name]:
+            first = seen.setdefault(ex.id, ex)
+            if first is not ex:
+                repeats += 1
+                if repeats > MAX_PROBLEMS:
+                    continue
+                problems.append(
+                    Problem(
+                        ex.source,
+                        f"id `{ex.id}` is also used at {first.source}",
+                        "ids must be unique across the train/validation/test files",
+                    )
+                )
+    if repeats > MAX_PROBLEMS:
+        problems.append(
+            Problem(
+                "data.files",
+                f"and {repeats - MAX_PROBLEMS} more repeated id(s)",
+                "fix the ones above first",
+            )
+        )
+    if problems:
+        raise InputError(problems, title="cannot load the data")
+    return loaded
+
+
+def _label_names(campaign: Campaign, splits: Splits) -> list[str]:
+    """Declared labels in their order, else the sorted training labels (classification only).
+    Evaluation labels unseen in training are the audit's FAIL to report, not an error here."""
+    if campaign.hypothesis.task != "classification":
+        return []
+    if campaign.data.labels:
+        return list(campaign.data.labels)
+    return sorted({ex.label for ex in splits["train"] if ex.label is not None})

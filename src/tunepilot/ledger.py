@@ -1,0 +1,527 @@
+"""The ledger: one SQLite file per campaign (`<campaign folder>/tunepilot.db`) that remembers
+every run, every status change, curves, evaluations with per-example predictions, every look
+at the sealed test split, notebook entries and the hypothesis (H1, H3, H4, V3, V5, L4).
+
+Why SQLite (stdlib, WAL) and not files: several processes write at once (`run --jobs N`, a
+`note` typed while a sweep runs), and each write must land whole or not at all. Every write is
+one short `BEGIN IMMEDIATE` transaction (the write lock is taken up front, so two writers
+queue instead of failing half-way), retried while another process holds the lock. Readers
+never block writers in WAL mode.
+
+The per-update curve is stored as rows (`updates`), not only as a pointer to the run's
+metrics.jsonl: `compare` and the report read curves of many runs with one query, and 200
+updates x a few dozen runs is small. The metrics.jsonl (path in `runs.metrics_file`) stays
+the full record written by the loop; the ledger keeps what comparisons need.
+
+What is stored and why it is never rewritten: see `ledger_schema.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import socket
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tunepilot.errors import input_error
+from tunepilot.ledger_liveness import find_dead
+from tunepilot.ledger_schema import (
+    BASELINE,
+    DEFAULT_REASON,
+    MIGRATIONS,
+    NEEDS_REASON,
+    SCHEMA_VERSION_DDL,
+    SPLITS,
+    STATUSES,
+    TRANSITIONS,
+    CurvePoint,
+    DeadRun,
+    Evaluation,
+    HypothesisEntry,
+    Note,
+    Prediction,
+    RunRow,
+    StatusChange,
+    TestLook,
+    loss_from_db,
+)
+
+__all__ = [
+    "BASELINE",
+    "DB_NAME",
+    "CurvePoint",
+    "DeadRun",
+    "Evaluation",
+    "HypothesisEntry",
+    "Ledger",
+    "Note",
+    "Prediction",
+    "RunRow",
+    "StatusChange",
+    "TestLook",
+]
+
+DB_NAME = "tunepilot.db"
+BUSY_TIMEOUT_S = 10.0  # SQLite waits this long for the lock inside one attempt
+WRITE_DEADLINE_S = 120.0  # then we back off and retry until this much time has passed
+DEFAULT_HEARTBEAT_TIMEOUT_S = 900.0  # only for runs on another host; see ledger_liveness
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+T = TypeVar("T")
+
+
+def utc_now() -> str:
+    """UTC, ISO 8601 with microseconds: sortable as text and unambiguous across machines."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _dumps(value: Any, where: str) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=True)
+    except (TypeError, ValueError) as exc:
+        raise input_error(where, f"a value JSON cannot hold ({exc})", "pass plain JSON") from None
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+class Ledger:
+    """An open ledger. Use `Ledger.open(folder_or_file)`, as a context manager.
+
+    One connection per process: a Ledger must not cross a fork (open it again in the child).
+    """
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, heartbeat_timeout_s: float) -> None:
+        self._conn = conn
+        self.path = path
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self._owner_pid = os.getpid()
+        self._host = socket.gethostname()
+        self.interrupted_on_open: list[DeadRun] = []
+
+    # -- opening -------------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        mark_dead: bool = True,
+        heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    ) -> Ledger:
+        """Open (or create) the ledger of a campaign folder, or the given .db file.
+
+        Every command opens the ledger this way, so a run whose process died is marked
+        `interrupted` by the next command (V3); the rows it wrote are in `interrupted_on_open`.
+        """
+        p = Path(path)
+        db = p / DB_NAME if p.is_dir() else p
+        if not db.parent.is_dir():
+            raise input_error(
+                str(db), "the campaign folder does not exist", "create it or fix the path"
+            )
+        conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        ledger = cls(conn, db, heartbeat_timeout_s)
+        try:
+            conn.row_factory = sqlite3.Row
+            mode = ledger._retrying(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+            if str(mode).lower() != "wal":
+                raise input_error(
+                    str(db), f"SQLite refused WAL mode (got {mode!r})", "keep it on a local disk"
+                )
+            conn.execute("PRAGMA synchronous=FULL")  # a committed result survives power loss
+            conn.execute("PRAGMA foreign_keys=ON")
+            ledger._write(ledger._migrate)
+            if mark_dead:
+                ledger.interrupted_on_open = ledger.mark_dead_runs_interrupted()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise input_error(
+                str(db), f"not a readable tunepilot ledger ({exc})", "move it away and re-run"
+            ) from None
+        except BaseException:
+            conn.close()
+            raise
+        return ledger
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        conn.execute(SCHEMA_VERSION_DDL)
+        have = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+        if have > len(MIGRATIONS):
+            raise input_error(
+                str(self.path),
+                f"ledger schema version {have}; this tunepilot knows up to {len(MIGRATIONS)}",
+                "upgrade tunepilot before opening this campaign",
+            )
+        for m in MIGRATIONS[have:]:
+            for statement in m.statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_version VALUES (?, ?, ?)", (m.version, m.description, utc_now())
+            )
+
+    def schema_version(self) -> int:
+        return int(self._conn.execute("SELECT max(version) FROM schema_version").fetchone()[0])
+
+    # -- transactions --------------------------------------------------------------------------
+    def _retrying(self, fn: Callable[[], T]) -> T:
+        """Run fn, retrying with jittered backoff while another process holds the lock."""
+        if os.getpid() != self._owner_pid:
+            raise RuntimeError("a Ledger was used across a fork; open it again in this process")
+        deadline, attempt = time.monotonic() + WRITE_DEADLINE_S, 0
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                if not _is_busy(exc) or time.monotonic() > deadline:
+                    raise
+                attempt += 1
+                time.sleep(random.uniform(0, min(0.01 * 2**attempt, 0.5)))
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """fn inside one BEGIN IMMEDIATE transaction: all of its rows land, or none."""
+
+        def attempt() -> T:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(self._conn)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+            return result
+
+        return self._retrying(attempt)
+
+    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        return self._retrying(lambda: self._conn.execute(sql, tuple(args)).fetchall())
+
+    # -- checks shared by writers ------------------------------------------------------------
+    def _require_run(self, conn: sqlite3.Connection, run_id: str, baseline_ok: bool = False) -> None:
+        if baseline_ok and run_id == BASELINE:
+            return
+        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+            known = [r[0] for r in conn.execute("SELECT id FROM runs ORDER BY rowid DESC LIMIT 5")]
+            raise input_error(
+                f"run {run_id}",
+                "no such run in this ledger",
+                f"use an id from `tunepilot runs` (latest: {', '.join(known) or 'none yet'})"
+                + (f" or {BASELINE!r}" if baseline_ok else ""),
+            )
+
+    @staticmethod
+    def _current(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row | None:
+        return conn.execute(
+            "SELECT * FROM run_status WHERE run_id = ? ORDER BY id DESC LIMIT 1", (run_id,)
+        ).fetchone()
+
+    # -- run ids and runs (V1, V3) -------------------------------------------------------------
+    def _allocate(self, conn: sqlite3.Connection, variant: str, seed: int) -> str:
+        if not _NAME.match(variant):
+            raise input_error(
+                "variant", repr(variant), "use letters, digits, '.', '_' or '-' (it names folders)"
+            )
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise input_error("seed", repr(seed), "use a non-negative integer")
+        row = conn.execute(
+            "SELECT coalesce(max(n), 0) FROM run_ids WHERE variant = ? AND seed = ?",
+            (variant, seed),
+        ).fetchone()
+        n = row[0] + 1
+        while conn.execute(
+            "SELECT 1 FROM run_ids WHERE id = ?", (f"{variant}-s{seed}-{n}",)
+        ).fetchone():
+            n += 1  # an explicit id took this name; skip it, never reuse it
+        run_id = f"{variant}-s{seed}-{n}"
+        conn.execute(
+            "INSERT INTO run_ids VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run_id, variant, seed, n, utc_now(), os.getpid(), self._host),
+        )
+        return run_id
+
+    def new_run_id(self, variant: str, seed: int) -> str:
+        """Reserve `<variant>-s<seed>-<n>`: stable, never handed out twice, even across processes."""
+        return self._write(lambda conn: self._allocate(conn, variant, seed))
+
+    def register_run(
+        self,
+        *,
+        campaign: str,
+        variant: str,
+        seed: int,
+        config_hash: str,
+        data_version: str,
+        eval_config_hash: str | None = None,
+        control_run: str | None = None,
+        diff: Mapping[str, Any] | None = None,
+        budget: Mapping[str, Any] | None = None,
+        run_dir: str | Path | None = None,
+        metrics_file: str | Path | None = None,
+        run_id: str | None = None,
+        retry_of: str | None = None,
+        status: str = "planned",
+        reason: str = "",
+    ) -> str:
+        """Record a run (planned or running) and return its id (V1, V2).
+
+        `run_id` is one reserved with `new_run_id`, or None to reserve one now. Store
+        `run_dir` relative to the campaign folder so the ledger survives a moved folder.
+        """
+        if status not in TRANSITIONS[None]:
+            raise input_error("status", repr(status), "register a run as 'planned' or 'running'")
+        for key, value in (("config_hash", config_hash), ("data_version", data_version)):
+            if not value:
+                raise input_error(key, "empty", "record what the run trains with (V2)")
+        diff_json, budget_json = _dumps(dict(diff or {}), "diff"), _dumps(dict(budget or {}), "budget")
+        if metrics_file is None and run_dir is not None:
+            metrics_file = Path(run_dir) / "metrics.jsonl"
+
+        def write(conn: sqlite3.Connection) -> str:
+            rid = run_id
+            if rid is None:
+                rid = self._allocate(conn, variant, seed)
+            elif conn.execute("SELECT 1 FROM runs WHERE id = ?", (rid,)).fetchone():
+                raise input_error(f"run {rid}", "already registered", "ids are never reused")
+            elif not conn.execute("SELECT 1 FROM run_ids WHERE id = ?", (rid,)).fetchone():
+                if not _NAME.match(rid) or rid == BASELINE:
+                    raise input_error("run_id", repr(rid), "use letters, digits, '.', '_', '-'")
+                conn.execute(
+                    "INSERT INTO run_ids VALUES (?, NULL, NULL, NULL, ?, ?, ?)",
+                    (rid, utc_now(), os.getpid(), self._host),
+                )
+            if retry_of is not None:
+                self._require_run(conn, retry_of)
+            conn.execute(
+                "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (rid, campaign, variant, seed, control_run, retry_of, config_hash, data_version,
+                 eval_config_hash, diff_json, budget_json,
+                 None if run_dir is None else str(run_dir),
+                 None if metrics_file is None else str(metrics_file),
+                 utc_now(), os.getpid(), self._host),
+            )  # fmt: skip
+            self._insert_status(conn, rid, status, reason, None)
+            return rid
+
+        return self._write(write)
+
+    def retry(
+        self,
+        run_id: str,
+        reason: str = "",
+        *,
+        config_hash: str | None = None,
+        diff: Mapping[str, Any] | None = None,
+        budget: Mapping[str, Any] | None = None,
+        run_dir: str | Path | None = None,
+    ) -> str:
+        """A new attempt: a new id with `retry_of`; the original keeps its line (V3).
+
+        Pass what changed (e.g. another batch: `config_hash`, `diff`); the rest is copied.
+        """
+        old = self.get_run(run_id)
+        if old.status == "running":
+            raise input_error(
+                f"run {run_id}", "is still running", "wait for it, or stop its process first"
+            )
+        if run_dir is None and old.run_dir and Path(old.run_dir).name == run_id:
+            run_dir = "<same-folder>"  # resolved below, once the new id is known
+        new_id = self.new_run_id(old.variant, old.seed)
+        if run_dir == "<same-folder>":
+            run_dir = Path(str(old.run_dir)).parent / new_id
+        return self.register_run(
+            campaign=old.campaign, variant=old.variant, seed=old.seed,
+            config_hash=config_hash or old.config_hash, data_version=old.data_version,
+            eval_config_hash=old.eval_config_hash, control_run=old.control_run,
+            diff=old.diff if diff is None else diff, budget=old.budget if budget is None else budget,
+            run_dir=run_dir, run_id=new_id, retry_of=run_id,
+            reason=f"retry of {run_id}" + (f": {reason}" if reason else ""),
+        )  # fmt: skip
+
+    _RUNS_SQL = """SELECT r.*, s.status, s.reason, s.at AS status_at, h.at AS heartbeat_at
+        FROM runs r JOIN run_status s ON s.id = (
+            SELECT max(id) FROM run_status WHERE run_id = r.id)
+        LEFT JOIN heartbeats h ON h.run_id = r.id"""
+
+    @staticmethod
+    def _run_row(r: sqlite3.Row) -> RunRow:
+        d = dict(r)
+        d["diff"], d["budget"] = json.loads(d["diff"]), json.loads(d["budget"])
+        return RunRow(**d)
+
+    def list_runs(self) -> list[RunRow]:
+        """Every run in the order registered, failures included, with its current status."""
+        return [self._run_row(r) for r in self._rows(self._RUNS_SQL + " ORDER BY r.rowid")]
+
+    def get_run(self, run_id: str) -> RunRow:
+        rows = self._rows(self._RUNS_SQL + " WHERE r.id = ?", (run_id,))
+        if not rows:
+            self._require_run(self._conn, run_id)
+        return self._run_row(rows[0])
+
+    # -- statuses ------------------------------------------------------------------------------
+    def _insert_status(
+        self, conn: sqlite3.Connection, run_id: str, status: str, reason: str, pid: int | None
+    ) -> StatusChange:
+        if status not in STATUSES:
+            raise input_error("status", repr(status), f"use one of {', '.join(STATUSES)}")
+        reason = reason.strip()
+        if not reason and status in NEEDS_REASON:
+            raise input_error(f"run {run_id}", f"status {status} without a reason", "say why (V3)")
+        cur = self._current(conn, run_id)
+        before = None if cur is None else cur["status"]
+        if status not in TRANSITIONS[before]:
+            allowed = ", ".join(sorted(TRANSITIONS[before])) or "nothing"
+            raise input_error(
+                f"run {run_id}",
+                f"status {before} cannot become {status} (allowed: {allowed})",
+                "a finished run keeps its result; start a new attempt with `retry` (V3)",
+            )
+        pid = os.getpid() if pid is None else pid
+        change = StatusChange(run_id, status, reason or DEFAULT_REASON[status], utc_now(), pid, self._host)
+        conn.execute(
+            "INSERT INTO run_status (run_id, status, reason, at, pid, host) VALUES (?,?,?,?,?,?)",
+            (change.run_id, change.status, change.reason, change.at, change.pid, change.host),
+        )
+        if status == "running":
+            self._beat(conn, run_id, pid, change.at, fresh=True)
+        return change
+
+    def set_status(
+        self, run_id: str, status: str, reason: str = "", *, pid: int | None = None
+    ) -> StatusChange:
+        """Append a status row. `running` also records the process (pid, default: this one)
+        whose disappearance will mark the run interrupted."""
+
+        def write(conn: sqlite3.Connection) -> StatusChange:
+            self._require_run(conn, run_id)
+            return self._insert_status(conn, run_id, status, reason, pid)
+
+        return self._write(write)
+
+    def current_status(self, run_id: str) -> StatusChange:
+        return self.status_history(run_id)[-1]
+
+    def status_history(self, run_id: str) -> list[StatusChange]:
+        """Every status the run had, oldest first."""
+        rows = self._rows("SELECT * FROM run_status WHERE run_id = ? ORDER BY id", (run_id,))
+        if not rows:
+            self._require_run(self._conn, run_id)
+        return [StatusChange(r["run_id"], r["status"], r["reason"], r["at"], r["pid"], r["host"])
+                for r in rows]  # fmt: skip
+
+    # -- liveness (V3) ---------------------------------------------------------------------------
+    def _beat(self, conn: sqlite3.Connection, run_id: str, pid: int, at: str, fresh: bool) -> None:
+        if not fresh and conn.execute(
+            "UPDATE heartbeats SET at = ? WHERE run_id = ? AND pid = ? AND host = ?",
+            (at, run_id, pid, self._host),
+        ).rowcount:
+            return
+        from tunepilot.ledger_liveness import process_start
+
+        conn.execute(
+            """INSERT INTO heartbeats VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET
+               pid = excluded.pid, host = excluded.host, proc_start = excluded.proc_start,
+               started_at = excluded.started_at, at = excluded.at""",
+            (run_id, pid, self._host, process_start(pid), at, at),
+        )
+
+    def heartbeat(self, run_id: str, *, pid: int | None = None) -> None:
+        """Say the run's process is alive. Call it every update and during long evaluations."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            self._require_run(conn, run_id)
+            self._beat(conn, run_id, os.getpid() if pid is None else pid, utc_now(), fresh=False)
+
+        self._write(write)
+
+    def find_dead_runs(self, timeout_s: float | None = None) -> list[DeadRun]:
+        """Runs recorded as running whose process is gone (same host) or silent (other host)."""
+        timeout = self.heartbeat_timeout_s if timeout_s is None else timeout_s
+        return self._retrying(lambda: find_dead(self._conn, self._host, timeout))
+
+    def mark_dead_runs_interrupted(self, timeout_s: float | None = None) -> list[DeadRun]:
+        """Record `interrupted`, with the pid and last heartbeat as reason, for each dead run.
+
+        Found and written in one transaction, so a run that completes meanwhile is left alone.
+        """
+        timeout = self.heartbeat_timeout_s if timeout_s is None else timeout_s
+
+        def write(conn: sqlite3.Connection) -> list[DeadRun]:
+            dead = find_dead(conn, self._host, timeout)
+            for d in dead:
+                self._insert_status(conn, d.run_id, "interrupted", d.reason, d.pid)
+            return dead
+
+        return self._write(write)
+
+    # -- curves (V5) -----------------------------------------------------------------------------
+    def record_updates(self, run_id: str, points: Iterable[Mapping[str, Any]]) -> int:
+        """Append curve rows; each point is a metrics.jsonl record with `update`, `loss`, `lr`
+        (other keys are kept in `extra`). Returns how many rows were written."""
+        rows = []
+        for i, p in enumerate(points):
+            if "update" not in p or "loss" not in p:
+                raise input_error(f"points[{i}]", f"keys {sorted(p)}", "give 'update' and 'loss'")
+            extra = {k: v for k, v in p.items() if k not in ("update", "loss", "lr")}
+            loss, lr = float(p["loss"]), p.get("lr")
+            rows.append((run_id, int(p["update"]), None if math.isnan(loss) else loss,
+                         None if lr is None else float(lr), _dumps(extra, f"points[{i}]"),
+                         utc_now()))  # fmt: skip
+
+        def write(conn: sqlite3.Connection) -> int:
+            self._require_run(conn, run_id)
+            conn.executemany(
+                "INSERT INTO updates (run_id, at_update, loss, lr, extra, at) VALUES (?,?,?,?,?,?)",
+                rows,
+            )
+            return len(rows)
+
+        return self._write(write)
+
+    def record_update(
+        self, run_id: str, update: int, loss: float, lr: float | None = None, **extra: Any
+    ) -> None:
+        self.record_updates(run_id, [{"update": update, "loss": loss, "lr": lr, **extra}])
+
+    def curve(self, run_id: str) -> list[CurvePoint]:
+        """One point per update, the latest row when an update was recorded twice (a resume)."""
+        rows = self._rows(
+            """SELECT * FROM updates WHERE id IN (SELECT max(id) FROM updates WHERE run_id = ?
+               GROUP BY at_update) ORDER BY at_update""",
+            (run_id,),
+        )
+        return [CurvePoint(r["at_update"], loss_from_db(r["loss"]), r["lr"],
+                           json.loads(r["extra"]), r["at"]) for r in rows]  # fmt: skip
+
+    # -- evaluations and predictions (H3, V5) ------------------------------------------------------
+    from tunepilot.ledger_records import (  # noqa: E402  (methods kept in a second file)
+        add_note,
+        evaluations,
+        fix_hypothesis,
+        hypothesis_history,
+        notes,
+        predictions,
+        record_evaluation,
+        record_test_look,
+        test_looks,
+    )

@@ -1,0 +1,247 @@
+"""Which examples go into which update, and how they become tensors (S2, S7, R1, B3).
+
+The sampler is a pure function of (seed, epoch, example lengths): no global RNG, no torch
+generator, nothing that depends on the process that runs it. That is what makes two things
+possible:
+
+* resume continues at the exact position by recomputing the epoch's order from its state
+  (epoch, position, seed) - it never replays batches to get there (R1);
+* the examples of an update do not depend on how they are spread: world 2 x accumulation 4
+  and world 1 x accumulation 8 see the same examples in every update (B3, S7).
+
+An update is a list of microbatches (lists of example indices). Only the last update of an
+epoch can be partial, and only its last microbatch can be short; the loop normalises the loss
+by the target count of the whole update, so a partial update is as well-defined as a full
+one (S2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Literal
+
+from tunepilot.errors import InputError, Problem
+from tunepilot.tasks.base import IGNORE_INDEX, Encoded
+from tunepilot.train.arithmetic import UpdatePlan, plan_updates
+
+if TYPE_CHECKING:
+    import torch
+
+Kind = Literal["classification", "causal_lm"]
+
+BUCKET_MICROBATCHES = 50
+"""Length bucketing sorts within windows of this many microbatches: wide enough to group
+similar lengths (less padding), narrow enough that the order stays well shuffled."""
+
+
+@dataclass(frozen=True)
+class UpdateBatch:
+    """One update as this rank sees it."""
+
+    epoch: int
+    index: int  # position of the update within its epoch, 0-based
+    microbatches: list[list[int]]  # this rank's microbatches, as indices into the data
+    update_examples: int  # examples in the whole update, all ranks together
+    ghost: list[int] | None = None  # set when this rank has no share of a partial update
+
+
+class UpdateSampler:
+    """Deterministic, resumable, shardable order of updates over the training data."""
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        microbatch: int,
+        accumulation: int,
+        *,
+        seed: int,
+        drop_last: bool = False,
+        bucket_by_length: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside world size {world_size}")
+        self.lengths = list(lengths)
+        self.microbatch = microbatch
+        self.accumulation = accumulation
+        self.seed = seed
+        self.drop_last = drop_last
+        self.bucket_by_length = bucket_by_length
+        self.rank = rank
+        self.world_size = world_size
+        # One plan, shared with the sizing sheet: updates per epoch and drops come from here.
+        self.plan: UpdatePlan = plan_updates(
+            len(self.lengths), microbatch, accumulation, world_size, updates=1, drop_last=drop_last
+        )
+        self.epoch = 0
+        self.position = 0  # updates already taken from the current epoch
+        self._data_key = hashlib.sha256(repr(self.lengths).encode()).hexdigest()[:16]
+        self._epoch_cache = lru_cache(maxsize=2)(self._epoch_microbatches)
+
+    # -- order ---------------------------------------------------------------------------
+
+    def _rng(self, epoch: int, purpose: str) -> random.Random:
+        # A string seed goes through sha512 inside `random`: stable across processes and
+        # Python hash seeds, and (seed, epoch) pairs never collide the way seed + epoch would.
+        return random.Random(f"tunepilot:{purpose}:{self.seed}:{epoch}")
+
+    def _epoch_microbatches(self, epoch: int) -> list[list[int]]:
+        """All microbatches of one epoch, in order, for all ranks together."""
+        order = list(range(len(self.lengths)))
+        self._rng(epoch, "order").shuffle(order)
+        if self.drop_last:
+            order = order[: self.plan.updates_per_epoch * self.plan.examples_per_update]
+        mb = self.microbatch
+        if not self.bucket_by_length:
+            return [order[i : i + mb] for i in range(0, len(order), mb)]
+        # Sort inside windows, cut into microbatches, then shuffle the microbatches so that
+        # updates do not go from short to long. A short microbatch (only the very last one
+        # can be short, since the window is a multiple of mb) stays last so that only the
+        # last update of the epoch is partial.
+        window = BUCKET_MICROBATCHES * mb
+        full: list[list[int]] = []
+        short: list[list[int]] = []
+        for start in range(0, len(order), window):
+            chunk = sorted(order[start : start + window], key=lambda i: self.lengths[i])
+            for i in range(0, len(chunk), mb):
+                (full if len(chunk[i : i + mb]) == mb else short).append(chunk[i : i + mb])
+        self._rng(epoch, "buckets").shuffle(full)
+        return full + short
+
+    def global_update(self, epoch: int, index: int) -> list[list[int]]:
+        """The microbatches of update `index` of `epoch`, all ranks together."""
+        per_update = self.accumulation * self.world_size
+        return self._epoch_cache(epoch)[index * per_update : (index + 1) * per_update]
+
+    def next_update(self) -> UpdateBatch:
+        """This rank's share of the next update; advances the state."""
+        if self.position >= self.plan.updates_per_epoch:
+            self.epoch, self.position = self.epoch + 1, 0
+        everything = self.global_update(self.epoch, self.position)
+        # Interleave so that a partial update is spread over the ranks as evenly as possible.
+        mine = everything[self.rank :: self.world_size]
+        batch = UpdateBatch(
+            epoch=self.epoch,
+            index=self.position,
+            microbatches=mine,
+            update_examples=sum(len(m) for m in everything),
+            # DDP needs every rank to run backward; a rank with no share runs a zero-weight
+            # pass on this example so the gradient all-reduce still lines up.
+            ghost=None if mine else everything[0][:1],
+        )
+        self.position += 1
+        return batch
+
+    # -- resume (R1) ---------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue at the exact next update."""
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "seed": self.seed,
+            "n_examples": len(self.lengths),
+            "lengths_key": self._data_key,
+            "microbatch": self.microbatch,
+            "accumulation": self.accumulation,
+            "world_size": self.world_size,
+            "drop_last": self.drop_last,
+            "bucket_by_length": self.bucket_by_length,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where `state` stopped; refuses a state made for other data or batching."""
+        mine = self.state_dict()
+        problems = [
+            Problem(
+                f"checkpoint sampler.{key}",
+                f"{state.get(key)!r} in the checkpoint, {mine[key]!r} now",
+                "resume with the same data version and batching, or start a new run",
+            )
+            for key in mine
+            if key not in ("epoch", "position") and state.get(key) != mine[key]
+        ]
+        if problems:
+            raise InputError(problems, title="the checkpoint's data order does not match")
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+# ---------------------------------------------------------------------------------------------
+# tensors
+# ---------------------------------------------------------------------------------------------
+
+
+def collate(examples: Sequence[Encoded], kind: Kind, pad_id: int) -> dict[str, torch.Tensor]:
+    """Pad to the longest example of this microbatch (dynamic padding), on the right.
+
+    Causal LM labels are padded with IGNORE_INDEX so padding never carries loss; a
+    classification microbatch gets one class id per example.
+    """
+    import torch
+
+    width = max(len(e.input_ids) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for row, e in enumerate(examples):
+        ids[row, : len(e.input_ids)] = torch.tensor(e.input_ids, dtype=torch.long)
+        mask[row, : len(e.input_ids)] = 1
+    batch = {"input_ids": ids, "attention_mask": mask}
+    if kind == "causal_lm":
+        labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
+        for row, e in enumerate(examples):
+            if len(e.labels) != len(e.input_ids):
+                raise ValueError(
+                    f"example {e.example_id}: {len(e.labels)} labels for "
+                    f"{len(e.input_ids)} tokens; a causal LM needs one label per token"
+                )
+            labels[row, : len(e.labels)] = torch.tensor(e.labels, dtype=torch.long)
+        batch["labels"] = labels
+    else:
+        for e in examples:
+            if len(e.labels) != 1:
+                raise ValueError(
+                    f"example {e.example_id}: classification needs one class id, "
+                    f"found {len(e.labels)} labels"
+                )
+        batch["labels"] = torch.tensor([e.labels[0] for e in examples], dtype=torch.long)
+    return batch
+
+
+def count_targets(batch: dict[str, torch.Tensor], kind: Kind) -> int:
+    """Positions that carry loss in a collated microbatch.
+
+    For a causal LM a label at position t is predicted from position t-1, so the first label
+    of each row can never carry loss; counting after the shift keeps the normaliser equal
+    to the number of terms actually summed.
+    """
+    labels = batch["labels"]
+    if kind == "causal_lm":
+        return int((labels[:, 1:] != IGNORE_INDEX).sum())
+    return int(labels.numel())
+
+
+def summed_loss(logits: torch.Tensor, labels: torch.Tensor, kind: Kind) -> torch.Tensor:
+    """Sum (never mean) of cross-entropy over the positions `count_targets` counts.
+
+    The numerator lives next to the denominator so the two cannot disagree about the shift:
+    position t predicts label t+1 for a causal LM. The loop divides this by the target count
+    of the whole update (S2).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()  # a softmax over the vocabulary needs fp32 range
+    if kind == "causal_lm":
+        logits, labels = logits[:, :-1, :], labels[:, 1:]
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)),
+        labels.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+    )

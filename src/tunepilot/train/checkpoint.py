@@ -1,0 +1,413 @@
+"""Training checkpoints that resume exactly and load safely (R1, R4).
+
+A weights-only save serves inference; resuming also needs the optimizer, the scheduler
+position, the data position and the generators (R1). One checkpoint is one folder:
+
+    runs/<id>/checkpoints/step-000200/
+        adapter_model.safetensors + adapter_config.json   (LoRA, in PEFT's own format)
+        or model.safetensors                              (full fine-tune)
+        optimizer.safetensors   AdamW tensors as "state.<param index>.<name>"
+        optimizer.json          param groups and any non-tensor optimizer state
+        rng.safetensors         torch CPU (and CUDA) generator states
+        state.json              update, sampler position, seed, hashes, Python/NumPy RNG
+        MANIFEST.json           sha256 and size of every other file
+
+It is written into a hidden temporary folder and renamed into place, so a crash (even
+SIGKILL) leaves either the whole checkpoint or none of it; older folders are deleted only
+after the new one is in place. Loading verifies the manifest first and refuses anything that
+is, or looks like, a pickle: a checkpoint is never a way to run someone else's code (R4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunepilot.campaign import stable_hash
+from tunepilot.errors import InputError, Problem, input_error
+from tunepilot.train import rng
+
+if TYPE_CHECKING:
+    import torch
+
+FORMAT = "tunepilot-checkpoint/1"
+STEP_PREFIX = "step-"
+PICKLE_SUFFIXES = {".pkl", ".pickle", ".pt", ".pth", ".bin", ".ckpt", ".joblib", ".npy"}
+TEXT_SUFFIXES = {".json", ".md", ".txt"}
+NOT_TRAJECTORY = {
+    "eval_every",
+    "eval_batch_size",
+    "checkpoint_every",
+    "keep_last_checkpoints",
+    "stop",
+    "max_new_tokens",
+}
+"""Settings that may change on resume: they do not change which updates are applied."""
+_PEFT_WEIGHTS = "adapter_model.safetensors"
+_FULL_WEIGHTS = "model.safetensors"
+
+
+def step_folder(run_dir: Path, update: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"{STEP_PREFIX}{update:06d}"
+
+
+def _step_of(folder: Path) -> int | None:
+    name = folder.name
+    if not name.startswith(STEP_PREFIX) or not name[len(STEP_PREFIX) :].isdigit():
+        return None
+    return int(name[len(STEP_PREFIX) :])
+
+
+def _unwrap(model: Any) -> Any:
+    """The model under a DDP wrapper (DDP keeps it in `.module`)."""
+    return getattr(model, "module", model)
+
+
+def _is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# saving
+# ---------------------------------------------------------------------------------------------
+
+
+def save_checkpoint(
+    run_dir: Path,
+    update: int,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    sampler_state: dict[str, Any],
+    extra: dict[str, Any],
+    keep_last: int,
+) -> Path:
+    """Write the full training state after `update` updates; returns the step folder."""
+    from safetensors.torch import save_file, save_model
+
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):  # left by a save that was killed half-way
+        shutil.rmtree(stale, ignore_errors=True)
+    final = step_folder(run_dir, update)
+    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    tmp.mkdir()
+
+    # Weights: an adapter in PEFT's own format so `PeftModel.from_pretrained` reads it as is.
+    inner = _unwrap(model)
+    if _is_peft(inner):
+        inner.save_pretrained(str(tmp), safe_serialization=True)
+    else:
+        save_model(inner, str(tmp / _FULL_WEIGHTS))  # handles tied weights, unlike save_file
+
+    tensors, opt_json = _flatten_optimizer(optimizer.state_dict())
+    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    _write_json(tmp / "optimizer.json", opt_json)
+
+    rng_json, rng_tensors = rng.capture()
+    save_file({k: v.contiguous() for k, v in rng_tensors.items()}, str(tmp / "rng.safetensors"))
+    state = {
+        "format": FORMAT,
+        "update": update,
+        "scheduler_step": update,  # the lr is a pure function of this (schedule.py)
+        "sampler": sampler_state,
+        "rng": rng_json,
+        "weights": "peft" if _is_peft(inner) else "full",
+        **extra,
+    }
+    _write_json(tmp / "state.json", state)
+    _write_manifest(tmp)
+
+    # Rename into place. A folder of the same step (a resume from an earlier step that
+    # reaches it again) is moved aside first: os.replace cannot replace a non-empty folder.
+    if final.exists():
+        aside = root / f".tmp-old-{final.name}-{os.getpid()}"
+        os.replace(final, aside)
+        os.replace(tmp, final)
+        shutil.rmtree(aside)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(root)
+    _keep_last(root, update, keep_last)
+    return final
+
+
+def _flatten_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split `optimizer.state_dict()` into safetensors-able tensors and JSON."""
+    import torch
+
+    tensors: dict[str, torch.Tensor] = {}
+    other: dict[str, dict[str, Any]] = {}
+    for index, per_param in state["state"].items():
+        for name, value in per_param.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state.{index}.{name}"] = value.detach().contiguous()
+            else:
+                other.setdefault(str(index), {})[name] = value
+    return tensors, {"param_groups": state["param_groups"], "non_tensor_state": other}
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    with path.open("w", encoding="utf-8") as handle:
+        json.dump(obj, handle, indent=1, sort_keys=True, allow_nan=False)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _write_manifest(folder: Path) -> None:
+    files = {
+        str(p.relative_to(folder)): {"sha256": _sha256(p), "bytes": p.stat().st_size}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+    for name in files:  # the data must be on disk before the rename makes it visible
+        with (folder / name).open("rb") as handle:
+            os.fsync(handle.fileno())
+    _write_json(folder / "MANIFEST.json", {"format": FORMAT, "files": files})
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _keep_last(root: Path, newest: int, keep_last: int) -> None:
+    """Delete older step folders beyond `keep_last`, never the one just written.
+
+    Folders of later steps (left by a run that was resumed from an earlier checkpoint) are
+    not counted and not touched.
+    """
+    older = sorted(
+        (step, p) for p in root.iterdir() if (step := _step_of(p)) is not None and step < newest
+    )
+    for _, path in older[: max(0, len(older) - (keep_last - 1))]:
+        shutil.rmtree(path)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The highest complete step folder of a run (one with a MANIFEST.json), or None."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    done = [
+        (step, p)
+        for p in root.iterdir()
+        if (step := _step_of(p)) is not None and (p / "MANIFEST.json").is_file()
+    ]
+    return max(done)[1] if done else None
+
+
+def run_identity(settings: Any, data: Sequence[Any]) -> dict[str, str]:
+    """What a checkpoint must share with the run that resumes it.
+
+    The settings hash leaves out what does not change the trajectory (evaluate more often,
+    allow more wall clock); the data version hashes exactly what the model is trained on.
+    """
+    dumped = settings.model_dump(mode="json")
+    digest = hashlib.sha256()
+    for e in data:
+        digest.update(e.example_id.encode("utf-8") + b"\0")
+        digest.update(array("q", e.input_ids).tobytes() + b"\1")
+        digest.update(array("q", e.labels).tobytes() + b"\2")
+    return {
+        "settings_hash": stable_hash({k: v for k, v in dumped.items() if k not in NOT_TRAJECTORY}),
+        "data_version": digest.hexdigest()[:16],
+    }
+
+
+def check_identity(folder: Path, state: dict[str, Any], identity: dict[str, str]) -> None:
+    """Refuse to continue a checkpoint with other settings or other data (a new experiment)."""
+    problems = [
+        Problem(
+            f"{folder}/state.json {key}",
+            f"{state.get(key)} in the checkpoint, {now} now",
+            "resume with the same training settings and data, or start a new run",
+        )
+        for key, now in identity.items()
+        if state.get(key) != now
+    ]
+    if problems:
+        raise InputError(problems, title="the checkpoint belongs to another experiment")
+
+
+# ---------------------------------------------------------------------------------------------
+# verifying and loading
+# ---------------------------------------------------------------------------------------------
+
+
+def _unsafe_reason(path: Path) -> str | None:
+    """Why a file must not be read, or None. Checkpoints hold safetensors and text only."""
+    suffix = path.suffix.lower()
+    with path.open("rb") as handle:
+        head = handle.read(9)
+    # Pickle protocol 2+ starts with PROTO (0x80) and the protocol number; torch.save's
+    # default format is a zip archive that holds a pickle.
+    pickle_magic = (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head[
+        :4
+    ] == b"PK\x03\x04"
+    if suffix in PICKLE_SUFFIXES:
+        return f"a {suffix} file (pickle format); loading it could run arbitrary code"
+    if suffix == ".safetensors":
+        # A safetensors file is an 8-byte header length then a JSON header: check that
+        # shape instead of the pickle magic, whose first bytes a header length can mimic.
+        if len(head) < 9 or head[8:9] != b"{":
+            return "not a safetensors file (bad header); it may be a renamed pickle"
+        return None
+    if suffix not in TEXT_SUFFIXES:
+        return f"a {suffix or 'suffix-less'} file; checkpoints hold only safetensors and JSON"
+    if pickle_magic:
+        return "pickle bytes inside a text-named file"
+    return None
+
+
+def verify_checkpoint(folder: Path) -> dict[str, Any]:
+    """Check the manifest and refuse pickles; every problem is reported together (R4)."""
+    folder = Path(folder)
+    manifest_path = folder / "MANIFEST.json"
+    if not manifest_path.is_file():
+        raise input_error(
+            str(manifest_path),
+            "no MANIFEST.json (an incomplete or foreign checkpoint)",
+            "resume from a complete step folder (see latest_checkpoint)",
+            title="checkpoint refused",
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        listed: dict[str, dict[str, Any]] = dict(manifest["files"])
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise input_error(
+            str(manifest_path),
+            f"an unreadable manifest ({type(exc).__name__})",
+            "resume from another checkpoint",
+            title="checkpoint refused",
+        ) from None
+    problems: list[Problem] = []
+    present = {
+        str(p.relative_to(folder)): p
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p != manifest_path
+    }
+    for name, path in present.items():
+        reason = _unsafe_reason(path)
+        if reason:
+            problems.append(
+                Problem(str(path), reason, "delete it; never load files of unknown origin")
+            )
+        elif name not in listed:
+            problems.append(Problem(str(path), "a file not listed in MANIFEST.json", "remove it"))
+    for name, entry in listed.items():
+        path = folder / name
+        if name not in present:
+            problems.append(
+                Problem(
+                    str(path),
+                    "listed in MANIFEST.json but missing",
+                    "restore the file or resume from another checkpoint",
+                )
+            )
+        elif path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
+            problems.append(
+                Problem(
+                    str(path),
+                    "sha256 differs from MANIFEST.json (corrupted or edited)",
+                    "resume from another checkpoint; never edit a checkpoint in place",
+                )
+            )
+    if problems:
+        raise InputError(problems, title=f"checkpoint {folder} refused")
+    return manifest
+
+
+def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Verify, then load weights and optimizer state in place; returns state.json.
+
+    The RNG tensors are returned under `state["rng_tensors"]`; the caller restores the
+    generators last, once everything that may consume randomness is built.
+    """
+    from safetensors.torch import load_file, load_model
+
+    folder = Path(folder)
+    verify_checkpoint(folder)
+    state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+    inner = _unwrap(model)
+    if state.get("weights") == "peft":
+        _load_adapter(folder, inner)
+    else:
+        missing, unexpected = load_model(inner, str(folder / _FULL_WEIGHTS), strict=False)
+        _refuse_key_mismatch(folder / _FULL_WEIGHTS, missing, unexpected)
+
+    tensors = load_file(str(folder / "optimizer.safetensors"))
+    meta = json.loads((folder / "optimizer.json").read_text(encoding="utf-8"))
+    per_param: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        _, index, name = key.split(".", 2)
+        per_param.setdefault(int(index), {})[name] = value
+    for index, values in meta["non_tensor_state"].items():
+        per_param.setdefault(int(index), {}).update(values)
+    groups = meta["param_groups"]
+    for group in groups:  # JSON turned tuples into lists
+        if isinstance(group.get("betas"), list):
+            group["betas"] = tuple(group["betas"])
+    try:
+        optimizer.load_state_dict({"state": per_param, "param_groups": groups})
+    except ValueError as exc:
+        raise input_error(
+            str(folder / "optimizer.json"),
+            f"optimizer state does not fit this model's trainable parameters ({exc})",
+            "resume with the same model, adapter settings and trainable modules",
+            title="checkpoint does not match the model",
+        ) from None
+    state["rng_tensors"] = load_file(str(folder / "rng.safetensors"))
+    return state
+
+
+def _load_adapter(folder: Path, model: Any) -> None:
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    if not _is_peft(model):
+        raise input_error(
+            str(folder),
+            "a LoRA adapter checkpoint, but the model has no adapter",
+            "wrap the base model with the same LoRA settings before resuming",
+            title="checkpoint does not match the model",
+        )
+    saved = load_file(str(folder / _PEFT_WEIGHTS))
+    expected = set(get_peft_model_state_dict(model))
+    _refuse_key_mismatch(
+        folder / _PEFT_WEIGHTS, sorted(expected - set(saved)), sorted(set(saved) - expected)
+    )
+    set_peft_model_state_dict(model, saved)
+
+
+def _refuse_key_mismatch(path: Path, missing: list[str], unexpected: list[str]) -> None:
+    """One sentence with counts and a few names, instead of a wall of keys (STYLE 11)."""
+    if not missing and not unexpected:
+        return
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} weights missing (e.g. {', '.join(missing[:3])})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected (e.g. {', '.join(unexpected[:3])})")
+    raise input_error(
+        str(path),
+        "; ".join(parts),
+        "resume with the same base model and adapter settings that wrote it",
+        title="checkpoint does not match the model",
+    )

@@ -1,0 +1,439 @@
+"""THE training loop: microbatches, token-weighted accumulation, precision, stop causes (S2, S3).
+
+Read `train` top to bottom; it is the whole story. The decisions that matter:
+
+* Loss normalisation (S2). One update is built from several microbatches (and, with data
+  replicas, several ranks). Each microbatch's loss is a *sum* over its target tokens (or
+  examples, for classification), divided by the number of targets in the *whole update*,
+  counted before the first forward and summed over ranks. The gradients then add up to the
+  gradient of the update's mean loss however the update is split: accumulation 8 x microbatch
+  2 equals accumulation 1 x microbatch 16, and a final partial update or a microbatch of short
+  sequences carries exactly its share. Averaging per microbatch and dividing by the
+  accumulation count, the common shortcut, weights a token in a short microbatch more than
+  one in a long microbatch.
+* Precision (S3). bf16 runs the forward under autocast and needs no scaling. fp16 needs a
+  GradScaler, which exists on CUDA only; it scales the update's loss (already normalised over
+  the whole update) and unscales once per update, before clipping, so the scale matches the
+  effective batch. The loss itself is always computed in fp32 from the logits.
+* Stop causes are decided before the trial (V4): the budget, a non-finite loss (diverged: the
+  update is not applied and its line is kept, V3), a loss bound and a wall clock.
+* Resume (R1) restores weights, optimizer, sampler position and generators, and the lr is a
+  pure function of the update index, so a resumed run continues the identical curve.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from tunepilot.errors import input_error
+from tunepilot.tasks.base import Encoded
+from tunepilot.train import rng
+from tunepilot.train.arithmetic import UpdatePlan, plan_updates
+from tunepilot.train.batching import Kind, UpdateSampler, collate, count_targets, summed_loss
+from tunepilot.train.checkpoint import (
+    check_identity,
+    latest_checkpoint,
+    load_checkpoint,
+    run_identity,
+    save_checkpoint,
+)
+from tunepilot.train.schedule import lr_at
+
+if TYPE_CHECKING:
+    import torch
+
+Status = Literal["completed", "diverged", "stopped_loss_bound", "stopped_wall_clock", "paused"]
+
+
+@dataclass
+class TrainResult:
+    """How a call to `train` ended. A diverged or stopped run is a result, not an exception."""
+
+    status: Status
+    updates: int  # updates applied in the run so far (across resumes)
+    last_loss: float | None
+    reason: str
+    examples_seen: int = 0
+    plan: UpdatePlan | None = None
+    last_checkpoint: Path | None = None
+    update_seconds: list[float] = field(default_factory=list)  # this call's updates only
+
+
+def train(
+    model: Any,
+    train_data: Sequence[Encoded],
+    settings: Any,
+    run_dir: Path,
+    *,
+    kind: Kind,
+    pad_id: int,
+    evaluate: Callable[[Any], dict[str, Any]] | None = None,
+    resume: Path | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    on_update: Callable[[dict[str, Any]], None] | None = None,
+    progress: bool | None = None,
+    stop_after: int | None = None,
+) -> TrainResult:
+    """Train `model` in place on `train_data` under `settings` (a TrainingSettings).
+
+    `resume` is a step folder, or a run folder whose latest checkpoint is taken.
+    `stop_after` ends this call once the run has applied that many updates (status
+    "paused", checkpoint written): a planned interruption, e.g. to test resume (R1).
+    `progress` shows a bar on rank 0; None means "when stderr is a terminal".
+    With world_size > 1 the process group must be initialised; a DDP-wrapped model syncs
+    its own gradients, a plain one is synced here.
+    """
+    import torch
+
+    run_dir = Path(run_dir)
+    device = next(model.parameters()).device
+    autocast, scaler = _precision(settings.precision, device)
+    is_ddp = hasattr(model, "no_sync")
+
+    # Seeds first: whatever is built below and draws random numbers must draw the same ones.
+    rng.seed_everything(settings.seed + 1_000_003 * rank)
+    deterministic_before = torch.are_deterministic_algorithms_enabled()
+    if device.type == "cpu":  # CUDA would also need CUBLAS_WORKSPACE_CONFIG; CPU is exact
+        torch.use_deterministic_algorithms(True)
+
+    lengths = [len(e.input_ids) for e in train_data]
+    sampler = UpdateSampler(
+        lengths, settings.microbatch, settings.accumulation, seed=settings.seed,
+        drop_last=settings.drop_last, bucket_by_length=settings.bucket_by_length,
+        rank=rank, world_size=world_size,
+    )  # fmt: skip
+    plan = plan_updates(
+        len(train_data), settings.microbatch, settings.accumulation, world_size,
+        updates=settings.budget.updates, epochs=settings.budget.epochs,
+        drop_last=settings.drop_last,
+    )  # fmt: skip
+    identity = run_identity(settings, train_data)
+
+    # Activation checkpointing changes how the model runs forward, so it precedes train().
+    if settings.activation_checkpointing:
+        _enable_activation_checkpointing(model)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
+
+    # Resume needs the optimizer built (its state is loaded into it) and comes before the
+    # generators are restored, which must be the very last thing before the loop.
+    metrics_path, evals_path = run_dir / "metrics.jsonl", run_dir / "evals.jsonl"
+    done, examples_seen, elapsed_before = 0, 0, 0.0
+    if resume is not None:
+        folder = Path(resume)
+        folder = folder if (folder / "MANIFEST.json").exists() else latest_checkpoint(folder)
+        if folder is None:
+            raise input_error(
+                str(resume), "no complete checkpoint here",
+                "give a step folder (runs/<id>/checkpoints/step-NNNNNN) or a run folder",
+                title="nothing to resume",
+            )  # fmt: skip
+        state = load_checkpoint(folder, model, optimizer)
+        check_identity(folder, state, identity)
+        sampler.load_state_dict(state["sampler"])  # continue at the position, no replay
+        if scaler is not None and state.get("grad_scaler"):
+            scaler.load_state_dict(state["grad_scaler"])
+        done, examples_seen = state["update"], state["examples_seen"]
+        elapsed_before = state["elapsed_seconds"]
+        if rank == 0:  # lines written after the checkpoint belong to a future that was lost
+            _rewind_jsonl(metrics_path, done)
+            _rewind_jsonl(evals_path, done)
+            rng.restore(state["rng"], state["rng_tensors"])
+        else:  # only rank 0's generators are saved; the others restart from a derived seed
+            rng.seed_everything(settings.seed + 1_000_003 * rank + done)
+    elif rank == 0 and metrics_path.exists() and metrics_path.stat().st_size:
+        raise input_error(
+            str(run_dir), "this run folder already holds metrics",
+            "resume it, or start a new run id (a retry never replaces a run, V3)",
+            title="run folder in use",
+        )  # fmt: skip
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    total = plan.total_updates
+    start = time.monotonic()
+    status: Status = "completed"
+    reason = f"budget of {total} updates reached"
+    last_loss: float | None = None
+    last_checkpoint: Path | None = None
+    update_seconds: list[float] = []
+    bar = _progress_bar(total, done) if rank == 0 and _want_progress(progress) else None
+
+    def elapsed() -> float:
+        return elapsed_before + time.monotonic() - start
+
+    def checkpoint() -> Path:
+        extra = {
+            "seed": settings.seed, "examples_seen": examples_seen, "plan": plan.to_json(),
+            "elapsed_seconds": elapsed(),
+            "grad_scaler": scaler.state_dict() if scaler is not None else None, **identity,
+        }  # fmt: skip
+        keep = settings.keep_last_checkpoints
+        return save_checkpoint(run_dir, done, model, optimizer, sampler.state_dict(), extra, keep)
+
+    try:
+        while done < total:
+            tick = time.perf_counter()
+            batch = sampler.next_update()
+            microbatches = [
+                {k: v.to(device) for k, v in collate([train_data[i] for i in ids], kind,
+                                                      pad_id).items()}
+                for ids in batch.microbatches or [batch.ghost or []]
+            ]  # fmt: skip
+
+            # 1. Count the whole update's targets, on all ranks, before any forward (S2).
+            mine = sum(count_targets(m, kind) for m in microbatches) if batch.microbatches else 0
+            targets = int(_all_reduce(float(mine), world_size))
+            if targets == 0:
+                raise input_error(
+                    f"update {done + 1}", "no position carries loss in this update",
+                    "check the loss mask: every example needs target tokens (D5)",
+                    title="nothing to learn",
+                )  # fmt: skip
+
+            # 2. Forward and backward every microbatch; gradients add up in .grad. DDP
+            # averages over ranks itself, so its normaliser is the per-rank share.
+            loss_sum = backward_update(
+                model, microbatches, kind, targets / world_size if is_ddp else targets,
+                autocast=autocast, scaler=scaler, is_ddp=is_ddp,
+                weight=1.0 if batch.microbatches else 0.0,
+            )  # fmt: skip
+            if world_size > 1 and not is_ddp:
+                _all_reduce_grads(params)
+            loss = _all_reduce(float(loss_sum), world_size) / targets
+            if scaler is not None:
+                scaler.unscale_(optimizer)  # once per update, so clipping sees true gradients
+            norm = torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm or math.inf)
+            record: dict[str, Any] = {
+                "update": done + 1, "loss": loss, "lr": lr_at(done, settings, total),
+                "grad_norm": float(norm), "loss_tokens": targets,
+                "examples": batch.update_examples,
+                "examples_seen": examples_seen + batch.update_examples,
+                "epoch": round(batch.epoch + (batch.index + 1) / plan.updates_per_epoch, 4),
+            }  # fmt: skip
+
+            # 3. Stop causes that refuse this update: it is not applied, its line is kept.
+            if not math.isfinite(loss) or (scaler is None and not math.isfinite(float(norm))):
+                status = "diverged"
+                reason = f"update {done + 1}: loss {loss}, gradient norm {float(norm)}"
+            elif settings.stop.max_loss is not None and loss > settings.stop.max_loss:
+                status = "stopped_loss_bound"
+                reason = f"update {done + 1}: loss {loss:.4g} > stop.max_loss"
+            if status != "completed":
+                reason += "; the update was not applied"
+                record.update(stopped=status, seconds=round(elapsed(), 3))
+                _write_line(metrics_path, _finite_json(record), rank)
+                optimizer.zero_grad(set_to_none=True)
+                break
+
+            # 4. Apply it at this update's lr (a pure function of the index: resume needs
+            # nothing else).
+            for group in optimizer.param_groups:
+                group["lr"] = record["lr"]
+            if scaler is not None:
+                scale = scaler.get_scale()
+                scaler.step(optimizer)  # skipped when fp16 gradients overflowed
+                scaler.update()
+                record["skipped"] = scaler.get_scale() < scale
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            done, examples_seen, last_loss = done + 1, examples_seen + batch.update_examples, loss
+            if device.type == "cuda":
+                torch.cuda.synchronize()  # the clock must see the work, not its launch
+            update_seconds.append(time.perf_counter() - tick)
+            record.update(seconds=round(elapsed(), 3), update_seconds=round(update_seconds[-1], 4))
+            _write_line(metrics_path, record, rank)
+            if on_update is not None:
+                on_update(record)
+            if bar is not None:
+                bar[0].update(bar[1], completed=done, description=f"loss {loss:.4f}")
+
+            # 5. Evaluate and checkpoint on their schedules (rank 0 holds the files).
+            if evaluate is not None and rank == 0 and done % settings.eval_every == 0:
+                _evaluate(model, evaluate, evals_path, done)
+            if rank == 0 and settings.checkpoint_every and done % settings.checkpoint_every == 0:
+                last_checkpoint = checkpoint()
+
+            # 6. Stop causes that end the run after an applied update.
+            limit = settings.stop.wall_clock_minutes
+            if limit is not None and elapsed() > 60 * limit:
+                status, reason = "stopped_wall_clock", f"wall clock of {limit} min reached"
+                break
+            if stop_after is not None and stop_after <= done < total:
+                status, reason = "paused", f"paused after update {done} as asked (stop_after)"
+                break
+
+        # The end: a last validation point (V5) and a checkpoint to resume or export from.
+        # A diverged run keeps its weights from before the bad update but saves nothing.
+        if status != "diverged" and rank == 0:
+            if evaluate is not None and status != "paused" and done % settings.eval_every:
+                _evaluate(model, evaluate, evals_path, done)
+            if last_checkpoint is None or last_checkpoint.name != f"step-{done:06d}":
+                last_checkpoint = checkpoint()
+    finally:
+        if bar is not None:
+            bar[0].stop()
+        torch.use_deterministic_algorithms(deterministic_before)
+
+    return TrainResult(
+        status, done, last_loss, reason, examples_seen, plan, last_checkpoint, update_seconds
+    )
+
+
+def backward_update(
+    model: Any,
+    microbatches: list[dict[str, torch.Tensor]],
+    kind: Kind,
+    normaliser: float,
+    *,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    scaler: Any = None,
+    is_ddp: bool = False,
+    weight: float = 1.0,
+) -> torch.Tensor:
+    """Forward + backward every microbatch of one update; returns the detached loss sum.
+
+    `normaliser` is the target count of the whole update (all microbatches, all ranks), so
+    the accumulated gradient is that of the update's mean loss (S2). `weight` 0 makes a pass
+    that contributes nothing, for a DDP rank without a share of a partial update.
+    """
+    import torch
+
+    total = torch.zeros((), dtype=torch.float64)
+    for i, batch in enumerate(microbatches):
+        # Under DDP only the last microbatch's backward all-reduces the gradients.
+        last = i == len(microbatches) - 1
+        with contextlib.nullcontext() if last or not is_ddp else model.no_sync():
+            with autocast():
+                extra = {"use_cache": False} if kind == "causal_lm" else {}
+                ids, mask = batch["input_ids"], batch["attention_mask"]
+                logits = model(input_ids=ids, attention_mask=mask, **extra).logits
+            loss = summed_loss(logits, batch["labels"], kind) * weight
+            scaled = loss / normaliser
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        total += loss.detach().to(device="cpu", dtype=torch.float64)
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# setup, replicas, files, progress
+# ---------------------------------------------------------------------------------------------
+
+
+def _precision(precision: str, device: torch.device) -> tuple[Callable[[], Any], Any]:
+    """(autocast factory, GradScaler or None) for `training.precision`, or InputError (S3)."""
+    import torch
+
+    if precision == "fp32":
+        return contextlib.nullcontext, None
+    if precision == "bf16":
+        return (lambda: torch.autocast(device.type, dtype=torch.bfloat16)), None
+    if device.type != "cuda":
+        raise input_error(
+            "training.precision",
+            f"fp16 on {device.type}; fp16 needs a CUDA GradScaler",
+            "use training.precision=bf16 (or fp32) here; keep fp16 for NVIDIA GPUs",
+            title="precision not available",
+        )
+    return (lambda: torch.autocast("cuda", dtype=torch.float16)), torch.amp.GradScaler("cuda")
+
+
+def _enable_activation_checkpointing(model: Any) -> None:
+    """Recompute activations in backward (S3); non-reentrant works with a frozen LoRA base."""
+    base = getattr(model, "module", model)
+    if hasattr(base, "get_base_model"):
+        base = base.get_base_model()
+    kwargs = {"use_reentrant": False}
+    if hasattr(base, "activation_checkpointing_enable"):  # the transformers 5 name
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def _all_reduce(value: float, world_size: int) -> float:
+    if world_size == 1:
+        return value
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return float(tensor.item())
+
+
+def _all_reduce_grads(params: list[Any]) -> None:
+    """Sum gradients over replicas; the loss is already divided by the global count."""
+    import torch
+    import torch.distributed as dist
+
+    for p in params:
+        if p.grad is None:  # a rank without a share of a partial update still joins in
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+
+
+def _evaluate(model: Any, evaluate: Callable[[Any], dict[str, Any]], path: Path, done: int) -> None:
+    """Evaluate without moving the training generators, then back to training mode."""
+    import torch
+
+    inner = getattr(model, "module", model)
+    with rng.fenced(), torch.no_grad():
+        inner.eval()
+        try:
+            metrics = evaluate(inner)
+        finally:
+            inner.train()
+    _write_line(path, {"update": done, "eval": metrics}, 0)
+
+
+def _finite_json(record: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no NaN: a non-finite number becomes null plus its text (the line is kept)."""
+    out = dict(record)
+    for key, value in record.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            out[key], out[f"{key}_text"] = None, str(value)
+    return out
+
+
+def _write_line(path: Path, record: dict[str, Any], rank: int) -> None:
+    if rank == 0:
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, allow_nan=False) + "\n")
+
+
+def _rewind_jsonl(path: Path, update: int) -> None:
+    """Keep the lines up to `update`, and drop a line that a kill cut in half."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["update"] <= update:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+
+
+def _want_progress(progress: bool | None) -> bool:
+    return sys.stderr.isatty() if progress is None else progress
+
+
+def _progress_bar(total: int, done: int) -> tuple[Any, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    bar = Progress(*columns, TextColumn("updates"))
+    task = bar.add_task("training", total=total, completed=done)
+    bar.start()
+    return bar, task
