@@ -53,7 +53,7 @@ def test_p4_local_folder_resolves_with_sha256(tiny_bert_dir: Path) -> None:
 
 def test_p4_relative_folder_resolves_next_to_the_campaign(tiny_bert_dir: Path) -> None:
     settings = ModelSettings(name_or_path=tiny_bert_dir.name)
-    source = resolve_source(settings, base_dir=tiny_bert_dir.parent)
+    source = resolve_source(settings, root=tiny_bert_dir.parent)
     assert source.path == tiny_bert_dir.resolve()
 
 
@@ -176,8 +176,8 @@ def test_tokenizer_without_pad_uses_eos_and_says_so(tiny_llama_dir: Path, tmp_pa
     tokenizer.pad_token = None
     tokenizer.save_pretrained(str(tmp_path))
     source = ModelSource(tmp_path, "t", None, None, {}, "local")
-    loaded, notes = load_tokenizer(source)
+    loaded = load_tokenizer(source)
     assert loaded.pad_token == loaded.eos_token == "</s>"
-    assert len(notes) == 1 and "eos" in notes[0]
-    same, none = load_tokenizer(ModelSource(tiny_llama_dir, "t", None, None, {}, "local"))
-    assert same.pad_token == "<pad>" and none == []
+    assert len(source.notes) == 1 and "eos" in source.notes[0]
+    padded = ModelSource(tiny_llama_dir, "t", None, None, {}, "local")
+    assert load_tokenizer(padded).pad_token == "<pad>" and padded.notes == []

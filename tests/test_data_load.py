@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tunepilot.campaign import DataSettings
-from tunepilot.data.load import MAX_PROBLEMS, load_file
-from tunepilot.errors import InputError
+from tunepilot.data.load import load_file
+from tunepilot.errors import MAX_PROBLEMS, InputError
 
 
 def settings(**kw) -> DataSettings:

@@ -25,8 +25,8 @@ def test_p2_minilm_lora_seq_cls_trainable_count() -> None:
         ),
     )
     source = resolve_source(settings)
-    tokenizer, notes = load_tokenizer(source)
-    assert notes == []  # BERT's tokenizer has [PAD]
+    tokenizer = load_tokenizer(source)
+    assert tokenizer.pad_token == "[PAD]"  # BERT's own; no eos substitute
     loaded = load_model(
         source, "classification", settings, LABELS, pad_token_id=tokenizer.pad_token_id
     )

@@ -291,11 +291,11 @@ def _hub(settings: ModelSettings, repo_id: str, cache_dir: Path | None) -> Model
 
 
 def resolve_source(
-    settings: ModelSettings, base_dir: str | Path | None = None, cache_dir: str | Path | None = None
+    settings: ModelSettings, root: str | Path | None = None, cache_dir: str | Path | None = None
 ) -> ModelSource:
     """Turn `model.name_or_path` into a folder with pinned identity (P4), or raise InputError.
 
-    `base_dir` is where relative folders resolve (the campaign folder); `cache_dir` overrides
+    `root` is where relative folders resolve (the campaign folder); `cache_dir` overrides
     the Hugging Face hub cache (HF_HOME / HF_HUB_CACHE otherwise). Hub ids are looked up in
     the cache only unless TUNEPILOT_ALLOW_DOWNLOAD=1, so an absent model fails at once.
     """
@@ -303,8 +303,8 @@ def resolve_source(
     if name == BUNDLED_NAME:
         return _bundled(settings)
     candidate = Path(name).expanduser()
-    if not candidate.is_absolute() and base_dir is not None:
-        candidate = Path(base_dir) / candidate
+    if not candidate.is_absolute() and root is not None:
+        candidate = Path(root) / candidate
     if candidate.exists():
         return _local(settings, candidate.resolve())
     if _looks_like_path(name) or not _HUB_ID.match(name):
@@ -343,11 +343,12 @@ def quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def load_tokenizer(source: ModelSource, trust_remote_code: bool = False) -> tuple[Any, list[str]]:
-    """The base's tokenizer and notes; without a pad token, pad = eos (and a note says so).
+def load_tokenizer(source: ModelSource, trust_remote_code: bool = False) -> Any:
+    """The base's tokenizer; without a pad token, pad = eos, and a note in `source.notes` says so.
 
     Batching needs a pad token; decoder-only bases often ship without one. Reusing eos is the
-    usual choice and is harmless because padded positions carry no attention and no loss.
+    usual choice and is harmless because padded positions carry no attention and no loss. The
+    note goes to the source's notes because that is what runs record next to the base.
     """
     from transformers import AutoTokenizer
 
@@ -367,7 +368,6 @@ def load_tokenizer(source: ModelSource, trust_remote_code: bool = False) -> tupl
             ],
             title="tokenizer not available",
         ) from exc
-    notes: list[str] = []
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise InputError(
@@ -381,8 +381,10 @@ def load_tokenizer(source: ModelSource, trust_remote_code: bool = False) -> tupl
                 title="tokenizer cannot pad",
             )
         tokenizer.pad_token = tokenizer.eos_token
-        notes.append(
+        note = (
             f"tokenizer has no pad token: using eos {tokenizer.eos_token!r} "
             f"(id {tokenizer.eos_token_id}) for padding"
         )
-    return tokenizer, notes
+        if note not in source.notes:
+            source.notes.append(note)
+    return tokenizer

@@ -41,3 +41,30 @@ class InputError(Exception):
 def input_error(where: str, found: str, fix: str, title: str = "invalid input") -> InputError:
     """Shorthand for the common single-problem case."""
     return InputError([Problem(where, found, fix)], title=title)
+
+
+MAX_PROBLEMS = 50
+
+
+@dataclass
+class ProblemList:
+    """Collects problems up to MAX_PROBLEMS and counts the rest, so one run shows them all."""
+
+    where: str
+    problems: list[Problem] = field(default_factory=list)
+    hidden: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.problems) + self.hidden
+
+    def add(self, where: str, found: str, fix: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(Problem(where, found, fix))
+        else:
+            self.hidden += 1
+
+    def raise_if_any(self, title: str) -> None:
+        more = [Problem(self.where, f"and {self.hidden} more problem(s)", "fix the ones above")]
+        if self.problems:
+            raise InputError(self.problems + (more if self.hidden else []), title=title)

@@ -2,18 +2,17 @@
 every run, every status change, curves, evaluations with per-example predictions, every look
 at the sealed test split, notebook entries and the hypothesis (H1, H3, H4, V3, V5, L4).
 
-Why SQLite (stdlib, WAL) and not files: several processes write at once (`run --jobs N`, a
-`note` typed while a sweep runs), and each write must land whole or not at all. Every write is
-one short `BEGIN IMMEDIATE` transaction (the write lock is taken up front, so two writers
-queue instead of failing half-way), retried while another process holds the lock. Readers
-never block writers in WAL mode.
+Why SQLite (stdlib, WAL) and not loose files: several processes write at once (`run --jobs N`,
+a `note` typed while a sweep runs) and each write must land whole or not at all. Every write
+is one short `BEGIN IMMEDIATE` transaction (the write lock is taken up front, so writers queue
+instead of failing half-way), retried with backoff while another process holds the lock.
+Readers never block writers in WAL mode.
 
-The per-update curve is stored as rows (`updates`), not only as a pointer to the run's
-metrics.jsonl: `compare` and the report read curves of many runs with one query, and 200
-updates x a few dozen runs is small. The metrics.jsonl (path in `runs.metrics_file`) stays
-the full record written by the loop; the ledger keeps what comparisons need.
+The curve is stored as one row per update (`updates`), next to a pointer to the run's
+metrics.jsonl (`runs.metrics_file`, the loop's full record): `compare` and the report read
+the curves of many runs with one query, and 200 updates x a few dozen runs is small.
 
-What is stored and why it is never rewritten: see `ledger_schema.py`.
+What is stored, and why nothing is ever rewritten: `ledger_schema.py`.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tunepilot.errors import input_error
-from tunepilot.ledger_liveness import find_dead
 from tunepilot.ledger_schema import (
     BASELINE,
     DEFAULT_REASON,
@@ -51,7 +49,11 @@ from tunepilot.ledger_schema import (
     RunRow,
     StatusChange,
     TestLook,
+    dead_reason,
+    dumps,
     loss_from_db,
+    process_start,
+    utc_now,
 )
 
 __all__ = [
@@ -70,45 +72,25 @@ __all__ = [
 ]
 
 DB_NAME = "tunepilot.db"
-BUSY_TIMEOUT_S = 10.0  # SQLite waits this long for the lock inside one attempt
-WRITE_DEADLINE_S = 120.0  # then we back off and retry until this much time has passed
-DEFAULT_HEARTBEAT_TIMEOUT_S = 900.0  # only for runs on another host; see ledger_liveness
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+BUSY_TIMEOUT_S = 10.0  # SQLite waits this long for the write lock within one attempt
+WRITE_DEADLINE_S = 120.0  # then we back off and try again until this much time has passed
+DEFAULT_HEARTBEAT_TIMEOUT_S = 900.0  # judges runs on other hosts only (see dead_reason)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # ids name folders
 T = TypeVar("T")
 
 
-def utc_now() -> str:
-    """UTC, ISO 8601 with microseconds: sortable as text and unambiguous across machines."""
-    return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-def _dumps(value: Any, where: str) -> str:
-    try:
-        return json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=True)
-    except (TypeError, ValueError) as exc:
-        raise input_error(where, f"a value JSON cannot hold ({exc})", "pass plain JSON") from None
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
-
-
 class Ledger:
-    """An open ledger. Use `Ledger.open(folder_or_file)`, as a context manager.
+    """An open ledger: `with Ledger.open(campaign_folder) as ledger: ...`.
 
-    One connection per process: a Ledger must not cross a fork (open it again in the child).
+    One connection per process; a Ledger must not cross a fork (open it again in the child).
     """
 
     def __init__(self, conn: sqlite3.Connection, path: Path, heartbeat_timeout_s: float) -> None:
-        self._conn = conn
-        self.path = path
+        self._conn, self.path = conn, path
         self.heartbeat_timeout_s = heartbeat_timeout_s
-        self._owner_pid = os.getpid()
-        self._host = socket.gethostname()
+        self._owner_pid, self._host = os.getpid(), socket.gethostname()
         self.interrupted_on_open: list[DeadRun] = []
 
-    # -- opening -------------------------------------------------------------------------------
     @classmethod
     def open(
         cls,
@@ -120,33 +102,29 @@ class Ledger:
         """Open (or create) the ledger of a campaign folder, or the given .db file.
 
         Every command opens the ledger this way, so a run whose process died is marked
-        `interrupted` by the next command (V3); the rows it wrote are in `interrupted_on_open`.
+        `interrupted` by the next command (V3); those are listed in `interrupted_on_open`.
         """
         p = Path(path)
         db = p / DB_NAME if p.is_dir() else p
         if not db.parent.is_dir():
-            raise input_error(
-                str(db), "the campaign folder does not exist", "create it or fix the path"
-            )
+            raise input_error(str(db), "its folder does not exist", "create it or fix the path")
         conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn.row_factory = sqlite3.Row
         ledger = cls(conn, db, heartbeat_timeout_s)
         try:
-            conn.row_factory = sqlite3.Row
             mode = ledger._retrying(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
             if str(mode).lower() != "wal":
-                raise input_error(
-                    str(db), f"SQLite refused WAL mode (got {mode!r})", "keep it on a local disk"
-                )
-            conn.execute("PRAGMA synchronous=FULL")  # a committed result survives power loss
+                raise input_error(str(db), f"SQLite refused WAL mode ({mode})", "use a local disk")
+            conn.execute("PRAGMA synchronous=FULL")  # a committed result survives a power cut
             conn.execute("PRAGMA foreign_keys=ON")
             ledger._write(ledger._migrate)
             if mark_dead:
                 ledger.interrupted_on_open = ledger.mark_dead_runs_interrupted()
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise input_error(
-                str(db), f"not a readable tunepilot ledger ({exc})", "move it away and re-run"
-            ) from None
+            if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+                raise
+            raise input_error(str(db), f"not a readable ledger ({exc})", "move it away") from None
         except BaseException:
             conn.close()
             raise
@@ -167,7 +145,7 @@ class Ledger:
         if have > len(MIGRATIONS):
             raise input_error(
                 str(self.path),
-                f"ledger schema version {have}; this tunepilot knows up to {len(MIGRATIONS)}",
+                f"ledger schema version {have}, newer than this tunepilot ({len(MIGRATIONS)})",
                 "upgrade tunepilot before opening this campaign",
             )
         for m in MIGRATIONS[have:]:
@@ -178,11 +156,11 @@ class Ledger:
             )
 
     def schema_version(self) -> int:
-        return int(self._conn.execute("SELECT max(version) FROM schema_version").fetchone()[0])
+        return int(self._rows("SELECT max(version) FROM schema_version")[0][0])
 
-    # -- transactions --------------------------------------------------------------------------
+    # -- transactions ------------------------------------------------------------------------
     def _retrying(self, fn: Callable[[], T]) -> T:
-        """Run fn, retrying with jittered backoff while another process holds the lock."""
+        """fn, tried again with jittered backoff while another process holds the lock."""
         if os.getpid() != self._owner_pid:
             raise RuntimeError("a Ledger was used across a fork; open it again in this process")
         deadline, attempt = time.monotonic() + WRITE_DEADLINE_S, 0
@@ -190,8 +168,6 @@ class Ledger:
             try:
                 return fn()
             except sqlite3.OperationalError as exc:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
                 if not _is_busy(exc) or time.monotonic() > deadline:
                     raise
                 attempt += 1
@@ -216,42 +192,33 @@ class Ledger:
     def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]:
         return self._retrying(lambda: self._conn.execute(sql, tuple(args)).fetchall())
 
-    # -- checks shared by writers ------------------------------------------------------------
-    def _require_run(self, conn: sqlite3.Connection, run_id: str, baseline_ok: bool = False) -> None:
-        if baseline_ok and run_id == BASELINE:
+    def _require_run(
+        self, conn: sqlite3.Connection, run_id: str, baseline_ok: bool = False
+    ) -> None:
+        if (baseline_ok and run_id == BASELINE) or conn.execute(
+            "SELECT 1 FROM runs WHERE id = ?", (run_id,)
+        ).fetchone():
             return
-        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
-            known = [r[0] for r in conn.execute("SELECT id FROM runs ORDER BY rowid DESC LIMIT 5")]
-            raise input_error(
-                f"run {run_id}",
-                "no such run in this ledger",
-                f"use an id from `tunepilot runs` (latest: {', '.join(known) or 'none yet'})"
-                + (f" or {BASELINE!r}" if baseline_ok else ""),
-            )
+        latest = [r[0] for r in conn.execute("SELECT id FROM runs ORDER BY rowid DESC LIMIT 3")]
+        raise input_error(
+            f"run {run_id}",
+            "no such run in this ledger",
+            f"use an id from `tunepilot runs` (latest: {', '.join(latest) or 'none yet'})"
+            + (f" or {BASELINE!r}" if baseline_ok else ""),
+        )
 
-    @staticmethod
-    def _current(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row | None:
-        return conn.execute(
-            "SELECT * FROM run_status WHERE run_id = ? ORDER BY id DESC LIMIT 1", (run_id,)
-        ).fetchone()
-
-    # -- run ids and runs (V1, V3) -------------------------------------------------------------
+    # -- run ids and runs (V1, V2, V3) -------------------------------------------------------
     def _allocate(self, conn: sqlite3.Connection, variant: str, seed: int) -> str:
-        if not _NAME.match(variant):
-            raise input_error(
-                "variant", repr(variant), "use letters, digits, '.', '_' or '-' (it names folders)"
-            )
+        if not isinstance(variant, str) or not _NAME.match(variant):
+            raise input_error("variant", repr(variant), "use letters, digits, '.', '_', '-'")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise input_error("seed", repr(seed), "use a non-negative integer")
-        row = conn.execute(
-            "SELECT coalesce(max(n), 0) FROM run_ids WHERE variant = ? AND seed = ?",
-            (variant, seed),
-        ).fetchone()
-        n = row[0] + 1
+        sql = "SELECT coalesce(max(n), 0) FROM run_ids WHERE variant = ? AND seed = ?"
+        n = conn.execute(sql, (variant, seed)).fetchone()[0] + 1
         while conn.execute(
             "SELECT 1 FROM run_ids WHERE id = ?", (f"{variant}-s{seed}-{n}",)
         ).fetchone():
-            n += 1  # an explicit id took this name; skip it, never reuse it
+            n += 1  # an explicit id already took this name: skip it, never share it
         run_id = f"{variant}-s{seed}-{n}"
         conn.execute(
             "INSERT INTO run_ids VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -260,7 +227,7 @@ class Ledger:
         return run_id
 
     def new_run_id(self, variant: str, seed: int) -> str:
-        """Reserve `<variant>-s<seed>-<n>`: stable, never handed out twice, even across processes."""
+        """Reserve `<variant>-s<seed>-<n>`: stable and never handed out twice, across processes."""
         return self._write(lambda conn: self._allocate(conn, variant, seed))
 
     def register_run(
@@ -282,27 +249,29 @@ class Ledger:
         status: str = "planned",
         reason: str = "",
     ) -> str:
-        """Record a run (planned or running) and return its id (V1, V2).
+        """Record a run as planned (or running) and return its id (V1, V2).
 
-        `run_id` is one reserved with `new_run_id`, or None to reserve one now. Store
-        `run_dir` relative to the campaign folder so the ledger survives a moved folder.
+        `run_id`: one reserved with `new_run_id`, a fresh explicit id, or None to reserve one.
+        `control_run`: the control's run id, or the control variant's name. Give `run_dir`
+        relative to the campaign folder so the ledger survives a moved folder.
         """
         if status not in TRANSITIONS[None]:
-            raise input_error("status", repr(status), "register a run as 'planned' or 'running'")
+            raise input_error("status", repr(status), "register a run as planned or running")
         for key, value in (("config_hash", config_hash), ("data_version", data_version)):
             if not value:
-                raise input_error(key, "empty", "record what the run trains with (V2)")
-        diff_json, budget_json = _dumps(dict(diff or {}), "diff"), _dumps(dict(budget or {}), "budget")
+                raise input_error(key, "empty", "record what the run trains on (V2)")
+        diff_json, budget_json = (
+            dumps(dict(diff or {}), "diff"),
+            dumps(dict(budget or {}), "budget"),
+        )
         if metrics_file is None and run_dir is not None:
             metrics_file = Path(run_dir) / "metrics.jsonl"
 
         def write(conn: sqlite3.Connection) -> str:
-            rid = run_id
-            if rid is None:
-                rid = self._allocate(conn, variant, seed)
-            elif conn.execute("SELECT 1 FROM runs WHERE id = ?", (rid,)).fetchone():
+            rid = run_id or self._allocate(conn, variant, seed)
+            if conn.execute("SELECT 1 FROM runs WHERE id = ?", (rid,)).fetchone():
                 raise input_error(f"run {rid}", "already registered", "ids are never reused")
-            elif not conn.execute("SELECT 1 FROM run_ids WHERE id = ?", (rid,)).fetchone():
+            if not conn.execute("SELECT 1 FROM run_ids WHERE id = ?", (rid,)).fetchone():
                 if not _NAME.match(rid) or rid == BASELINE:
                     raise input_error("run_id", repr(rid), "use letters, digits, '.', '_', '-'")
                 conn.execute(
@@ -313,12 +282,25 @@ class Ledger:
                 self._require_run(conn, retry_of)
             conn.execute(
                 "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (rid, campaign, variant, seed, control_run, retry_of, config_hash, data_version,
-                 eval_config_hash, diff_json, budget_json,
-                 None if run_dir is None else str(run_dir),
-                 None if metrics_file is None else str(metrics_file),
-                 utc_now(), os.getpid(), self._host),
-            )  # fmt: skip
+                (
+                    rid,
+                    campaign,
+                    variant,
+                    seed,
+                    control_run,
+                    retry_of,
+                    config_hash,
+                    data_version,
+                    eval_config_hash,
+                    diff_json,
+                    budget_json,
+                    _opt_str(run_dir),
+                    _opt_str(metrics_file),
+                    utc_now(),
+                    os.getpid(),
+                    self._host,
+                ),
+            )
             self._insert_status(conn, rid, status, reason, None)
             return rid
 
@@ -334,61 +316,57 @@ class Ledger:
         budget: Mapping[str, Any] | None = None,
         run_dir: str | Path | None = None,
     ) -> str:
-        """A new attempt: a new id with `retry_of`; the original keeps its line (V3).
-
-        Pass what changed (e.g. another batch: `config_hash`, `diff`); the rest is copied.
-        """
+        """A new attempt: a new id whose `retry_of` names the original, which keeps its line
+        (V3). Pass what changed (another batch: `config_hash`, `diff`); the rest is copied."""
         old = self.get_run(run_id)
         if old.status == "running":
-            raise input_error(
-                f"run {run_id}", "is still running", "wait for it, or stop its process first"
-            )
-        if run_dir is None and old.run_dir and Path(old.run_dir).name == run_id:
-            run_dir = "<same-folder>"  # resolved below, once the new id is known
+            raise input_error(f"run {run_id}", "is still running", "wait for it or stop it first")
         new_id = self.new_run_id(old.variant, old.seed)
-        if run_dir == "<same-folder>":
-            run_dir = Path(str(old.run_dir)).parent / new_id
+        if run_dir is None and old.run_dir and Path(old.run_dir).name == run_id:
+            run_dir = Path(old.run_dir).parent / new_id  # runs/<id> -> runs/<new id>
         return self.register_run(
-            campaign=old.campaign, variant=old.variant, seed=old.seed,
-            config_hash=config_hash or old.config_hash, data_version=old.data_version,
-            eval_config_hash=old.eval_config_hash, control_run=old.control_run,
-            diff=old.diff if diff is None else diff, budget=old.budget if budget is None else budget,
-            run_dir=run_dir, run_id=new_id, retry_of=run_id,
+            campaign=old.campaign,
+            variant=old.variant,
+            seed=old.seed,
+            config_hash=config_hash or old.config_hash,
+            data_version=old.data_version,
+            eval_config_hash=old.eval_config_hash,
+            control_run=old.control_run,
+            diff=old.diff if diff is None else diff,
+            budget=old.budget if budget is None else budget,
+            run_dir=run_dir,
+            run_id=new_id,
+            retry_of=run_id,
             reason=f"retry of {run_id}" + (f": {reason}" if reason else ""),
-        )  # fmt: skip
+        )
 
     _RUNS_SQL = """SELECT r.*, s.status, s.reason, s.at AS status_at, h.at AS heartbeat_at
-        FROM runs r JOIN run_status s ON s.id = (
-            SELECT max(id) FROM run_status WHERE run_id = r.id)
+        FROM runs r JOIN run_status s ON s.id = (SELECT max(id) FROM run_status WHERE run_id = r.id)
         LEFT JOIN heartbeats h ON h.run_id = r.id"""
-
-    @staticmethod
-    def _run_row(r: sqlite3.Row) -> RunRow:
-        d = dict(r)
-        d["diff"], d["budget"] = json.loads(d["diff"]), json.loads(d["budget"])
-        return RunRow(**d)
 
     def list_runs(self) -> list[RunRow]:
         """Every run in the order registered, failures included, with its current status."""
-        return [self._run_row(r) for r in self._rows(self._RUNS_SQL + " ORDER BY r.rowid")]
+        return [_run_row(r) for r in self._rows(self._RUNS_SQL + " ORDER BY r.rowid")]
 
     def get_run(self, run_id: str) -> RunRow:
         rows = self._rows(self._RUNS_SQL + " WHERE r.id = ?", (run_id,))
         if not rows:
             self._require_run(self._conn, run_id)
-        return self._run_row(rows[0])
+        return _run_row(rows[0])
 
-    # -- statuses ------------------------------------------------------------------------------
+    # -- statuses ----------------------------------------------------------------------------
     def _insert_status(
         self, conn: sqlite3.Connection, run_id: str, status: str, reason: str, pid: int | None
     ) -> StatusChange:
         if status not in STATUSES:
-            raise input_error("status", repr(status), f"use one of {', '.join(STATUSES)}")
+            raise input_error("status", repr(status), f"use one of: {', '.join(STATUSES)}")
         reason = reason.strip()
         if not reason and status in NEEDS_REASON:
             raise input_error(f"run {run_id}", f"status {status} without a reason", "say why (V3)")
-        cur = self._current(conn, run_id)
-        before = None if cur is None else cur["status"]
+        cur = conn.execute(
+            "SELECT status FROM run_status WHERE run_id = ? ORDER BY id DESC LIMIT 1", (run_id,)
+        ).fetchone()
+        before = None if cur is None else cur[0]
         if status not in TRANSITIONS[before]:
             allowed = ", ".join(sorted(TRANSITIONS[before])) or "nothing"
             raise input_error(
@@ -397,20 +375,22 @@ class Ledger:
                 "a finished run keeps its result; start a new attempt with `retry` (V3)",
             )
         pid = os.getpid() if pid is None else pid
-        change = StatusChange(run_id, status, reason or DEFAULT_REASON[status], utc_now(), pid, self._host)
+        row = StatusChange(
+            run_id, status, reason or DEFAULT_REASON[status], utc_now(), pid, self._host
+        )
         conn.execute(
             "INSERT INTO run_status (run_id, status, reason, at, pid, host) VALUES (?,?,?,?,?,?)",
-            (change.run_id, change.status, change.reason, change.at, change.pid, change.host),
+            (row.run_id, row.status, row.reason, row.at, row.pid, row.host),
         )
         if status == "running":
-            self._beat(conn, run_id, pid, change.at, fresh=True)
-        return change
+            self._beat(conn, run_id, pid, row.at, fresh=True)
+        return row
 
     def set_status(
         self, run_id: str, status: str, reason: str = "", *, pid: int | None = None
     ) -> StatusChange:
-        """Append a status row. `running` also records the process (pid, default: this one)
-        whose disappearance will mark the run interrupted."""
+        """Append a status row. `running` also records the process (`pid`, default: this one)
+        whose disappearance marks the run interrupted."""
 
         def write(conn: sqlite3.Connection) -> StatusChange:
             self._require_run(conn, run_id)
@@ -422,22 +402,22 @@ class Ledger:
         return self.status_history(run_id)[-1]
 
     def status_history(self, run_id: str) -> list[StatusChange]:
-        """Every status the run had, oldest first."""
+        """Every status the run has had, oldest first."""
         rows = self._rows("SELECT * FROM run_status WHERE run_id = ? ORDER BY id", (run_id,))
         if not rows:
             self._require_run(self._conn, run_id)
-        return [StatusChange(r["run_id"], r["status"], r["reason"], r["at"], r["pid"], r["host"])
-                for r in rows]  # fmt: skip
+        return [
+            StatusChange(r["run_id"], r["status"], r["reason"], r["at"], r["pid"], r["host"])
+            for r in rows
+        ]
 
-    # -- liveness (V3) ---------------------------------------------------------------------------
+    # -- liveness (V3) -----------------------------------------------------------------------
     def _beat(self, conn: sqlite3.Connection, run_id: str, pid: int, at: str, fresh: bool) -> None:
-        if not fresh and conn.execute(
-            "UPDATE heartbeats SET at = ? WHERE run_id = ? AND pid = ? AND host = ?",
-            (at, run_id, pid, self._host),
-        ).rowcount:
+        if pid <= 0:
+            raise input_error("pid", str(pid), "give the run's process id")
+        sql = "UPDATE heartbeats SET at = ? WHERE run_id = ? AND pid = ? AND host = ?"
+        if not fresh and conn.execute(sql, (at, run_id, pid, self._host)).rowcount:
             return
-        from tunepilot.ledger_liveness import process_start
-
         conn.execute(
             """INSERT INTO heartbeats VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET
                pid = excluded.pid, host = excluded.host, proc_start = excluded.proc_start,
@@ -446,7 +426,7 @@ class Ledger:
         )
 
     def heartbeat(self, run_id: str, *, pid: int | None = None) -> None:
-        """Say the run's process is alive. Call it every update and during long evaluations."""
+        """Say the run's process is alive: every update, and during long evaluations."""
 
         def write(conn: sqlite3.Connection) -> None:
             self._require_run(conn, run_id)
@@ -454,74 +434,49 @@ class Ledger:
 
         self._write(write)
 
-    def find_dead_runs(self, timeout_s: float | None = None) -> list[DeadRun]:
-        """Runs recorded as running whose process is gone (same host) or silent (other host)."""
+    def _dead(self, conn: sqlite3.Connection, timeout_s: float | None) -> list[DeadRun]:
         timeout = self.heartbeat_timeout_s if timeout_s is None else timeout_s
-        return self._retrying(lambda: find_dead(self._conn, self._host, timeout))
+        rows = conn.execute(
+            """SELECT r.id, coalesce(h.pid, s.pid) AS pid, coalesce(h.host, s.host) AS host,
+                      coalesce(h.at, s.at) AS at, h.proc_start
+               FROM runs r JOIN run_status s
+                 ON s.id = (SELECT max(id) FROM run_status WHERE run_id = r.id)
+               LEFT JOIN heartbeats h ON h.run_id = r.id
+               WHERE s.status = 'running' ORDER BY r.rowid"""
+        ).fetchall()
+        now, dead = datetime.now(UTC), []
+        for r in rows:
+            why = dead_reason(dict(r), self._host, now, timeout)
+            if why is not None:
+                dead.append(DeadRun(r["id"], r["pid"], r["host"], r["at"], why))
+        return dead
+
+    def find_dead_runs(self, timeout_s: float | None = None) -> list[DeadRun]:
+        """Runs recorded as running whose process is gone (this host) or silent (other host)."""
+        return self._retrying(lambda: self._dead(self._conn, timeout_s))
 
     def mark_dead_runs_interrupted(self, timeout_s: float | None = None) -> list[DeadRun]:
-        """Record `interrupted`, with the pid and last heartbeat as reason, for each dead run.
-
-        Found and written in one transaction, so a run that completes meanwhile is left alone.
-        """
-        timeout = self.heartbeat_timeout_s if timeout_s is None else timeout_s
+        """Record `interrupted`, with the pid and last heartbeat as the reason, for each dead
+        run. Found and written in one transaction, so a run finishing meanwhile is left alone."""
 
         def write(conn: sqlite3.Connection) -> list[DeadRun]:
-            dead = find_dead(conn, self._host, timeout)
+            dead = self._dead(conn, timeout_s)
             for d in dead:
                 self._insert_status(conn, d.run_id, "interrupted", d.reason, d.pid)
             return dead
 
         return self._write(write)
 
-    # -- curves (V5) -----------------------------------------------------------------------------
-    def record_updates(self, run_id: str, points: Iterable[Mapping[str, Any]]) -> int:
-        """Append curve rows; each point is a metrics.jsonl record with `update`, `loss`, `lr`
-        (other keys are kept in `extra`). Returns how many rows were written."""
-        rows = []
-        for i, p in enumerate(points):
-            if "update" not in p or "loss" not in p:
-                raise input_error(f"points[{i}]", f"keys {sorted(p)}", "give 'update' and 'loss'")
-            extra = {k: v for k, v in p.items() if k not in ("update", "loss", "lr")}
-            loss, lr = float(p["loss"]), p.get("lr")
-            rows.append((run_id, int(p["update"]), None if math.isnan(loss) else loss,
-                         None if lr is None else float(lr), _dumps(extra, f"points[{i}]"),
-                         utc_now()))  # fmt: skip
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
 
-        def write(conn: sqlite3.Connection) -> int:
-            self._require_run(conn, run_id)
-            conn.executemany(
-                "INSERT INTO updates (run_id, at_update, loss, lr, extra, at) VALUES (?,?,?,?,?,?)",
-                rows,
-            )
-            return len(rows)
 
-        return self._write(write)
+def _opt_str(value: str | Path | None) -> str | None:
+    return None if value is None else str(value)
 
-    def record_update(
-        self, run_id: str, update: int, loss: float, lr: float | None = None, **extra: Any
-    ) -> None:
-        self.record_updates(run_id, [{"update": update, "loss": loss, "lr": lr, **extra}])
 
-    def curve(self, run_id: str) -> list[CurvePoint]:
-        """One point per update, the latest row when an update was recorded twice (a resume)."""
-        rows = self._rows(
-            """SELECT * FROM updates WHERE id IN (SELECT max(id) FROM updates WHERE run_id = ?
-               GROUP BY at_update) ORDER BY at_update""",
-            (run_id,),
-        )
-        return [CurvePoint(r["at_update"], loss_from_db(r["loss"]), r["lr"],
-                           json.loads(r["extra"]), r["at"]) for r in rows]  # fmt: skip
-
-    # -- evaluations and predictions (H3, V5) ------------------------------------------------------
-    from tunepilot.ledger_records import (  # noqa: E402  (methods kept in a second file)
-        add_note,
-        evaluations,
-        fix_hypothesis,
-        hypothesis_history,
-        notes,
-        predictions,
-        record_evaluation,
-        record_test_look,
-        test_looks,
-    )
+def _run_row(r: sqlite3.Row) -> RunRow:
+    d = dict(r)
+    d["diff"], d["budget"] = json.loads(d["diff"]), json.loads(d["budget"])
+    return RunRow(**d)

@@ -1,17 +1,14 @@
 """The data audit: what could make a campaign's numbers lie, found before compute is spent.
 
-Each check is a small function that returns one `Finding` (PASS / WARN / FAIL, one sentence
-saying what was seen and what to do, a few example ids, the SPEC requirement ids):
-
-- cleaning rules and what they changed (D1)
-- exact duplicates within a split and across splits, near duplicates across splits (D2)
-- group leakage and overlapping time periods between splits (D8)
-- evaluation labels never seen in training, class balance (D6, H2)
-- the model head's label mapping against the data's (D6)
-- token lengths and truncation, answer tokens cut by max_length (D3, S6)
+Each check is a small function returning one `Finding` (PASS / WARN / FAIL, one sentence that
+says what was seen and what to do, a few example ids, the SPEC requirement ids):
+cleaning counts (D1); exact duplicates within and across splits, near duplicates across
+splits (D2); group leakage and overlapping periods (D8); evaluation labels absent from
+training and class balance (D6, H2); the model head's label mapping (D6); token lengths and
+truncation through the program's own encoder (D3, S6).
 
 "Across splits" always means a later split repeating an earlier one, in the order train,
-validation, test: a test example equal to a training example is what inflates the score.
+validation, test: an evaluation example equal to a training example is what inflates a score.
 Pure Python + numpy: no torch here; the encoder, when given, brings its own tokenizer.
 """
 
@@ -19,28 +16,23 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from dataclasses import asdict
 from typing import Any
 
 from tunepilot.campaign import DataSettings
 from tunepilot.campaign.schema import AuditSettings
-from tunepilot.data.dedup import (
-    DuplicateGroup,
-    NearPair,
-    build_index,
-    exact_duplicates,
-    near_duplicates,
-)
-from tunepilot.data.example import Splits
+from tunepilot.data.dedup import DuplicateGroup, NearPair, build_index, exact_duplicates
+from tunepilot.data.dedup import near_duplicates as find_near_duplicates
+from tunepilot.data.example import SPLITS, Splits
 from tunepilot.data.prepared import PreparedData, RuleCount
 from tunepilot.data.split import time_key
 from tunepilot.errors import InputError
 from tunepilot.verdict import Finding, Verdict, worst
 
-SHOWN = 5  # example ids / pairs named in a sentence or a finding
-NEAR_FAIL_SHARE = 0.05  # near duplicates above this share of an evaluation split: FAIL
-MIN_CLASS_EXAMPLES = 5  # fewer training examples than this: the class cannot be learned
-
-_SPLIT_NOUN = {"train": "training", "validation": "validation", "test": "test"}
+SHOWN = 5  # example ids named in a finding
+NEAR_FAIL_SHARE = 0.05  # near copies in more than this share of an evaluation split: FAIL
+MIN_CLASS_EXAMPLES = 5  # fewer training examples than this: the class is barely learnable
+_NOUN = {"train": "training", "validation": "validation", "test": "test"}
 
 
 def run_audit(
@@ -51,36 +43,33 @@ def run_audit(
     model_label_map: dict[int, str] | None = None,
 ) -> list[Finding]:
     """Every audit check over the prepared splits, in reading order."""
-    splits = prepared.splits
-    index = build_index(splits)
+    splits, audit = prepared.splits, data.audit
+    index = build_index(splits)  # one normalisation pass shared by both duplicate searches
     groups = exact_duplicates(splits, index=index)
-    pairs = near_duplicates(
-        splits,
-        threshold=data.audit.near_duplicate_threshold,
-        shingle_size=data.audit.shingle_size,
-        index=index,
+    pairs = find_near_duplicates(
+        splits, audit.near_duplicate_threshold, audit.shingle_size, index=index
     )
     findings = [
         check_cleaning(prepared.cleaning),
         check_exact_within(splits, groups),
         check_exact_across(splits, groups),
-        check_near_duplicates(splits, pairs, data.audit.near_duplicate_threshold),
+        check_near_duplicates(splits, pairs, audit.near_duplicate_threshold),
         check_group_leakage(splits, data.fields.group),
     ]
     if data.fields.time:
         findings.append(check_time_overlap(splits, data.fields.time, data.split.policy))
     if task == "classification":
         findings.append(check_unseen_labels(splits))
-        findings.append(check_class_balance(splits, prepared.label_names, data.audit))
+        findings.append(check_class_balance(splits, prepared.label_names, audit))
         if model_label_map is not None:
             findings.append(check_label_mapping(model_label_map, prepared.label_names))
     if encoder is not None:
-        findings.append(check_lengths(splits, encoder, task, data.max_length, data.audit))
+        findings.append(check_lengths(splits, encoder, task, data.max_length, audit))
     return findings
 
 
 def audit_to_json(findings: list[Finding]) -> dict[str, Any]:
-    """The audit as written to audit.json: the overall verdict, counts, every finding."""
+    """The audit as audit.json holds it: overall verdict, counts per verdict, every finding."""
     counts = Counter(str(f.verdict) for f in findings)
     return {
         "verdict": str(worst(findings)),
@@ -90,18 +79,23 @@ def audit_to_json(findings: list[Finding]) -> dict[str, Any]:
 
 
 def _order(splits: Splits) -> list[str]:
-    return [s for s in ("train", "validation", "test") if splits.get(s)] + sorted(
-        s for s in splits if s not in ("train", "validation", "test") and splits[s]
-    )
+    """Non-empty splits, train / validation / test first."""
+    known = [s for s in SPLITS if splits.get(s)]
+    return known + sorted(s for s in splits if s not in SPLITS and splits[s])
 
 
-def _earlier_noun(earlier: list[str]) -> str:
-    return " or ".join(_SPLIT_NOUN.get(s, s) for s in earlier)
+def _later(splits: Splits) -> list[tuple[str, list[str]]]:
+    """(evaluation split, the splits before it) pairs, e.g. ("test", ["train", "validation"])."""
+    order = _order(splits)
+    return [(split, order[:i]) for i, split in enumerate(order) if i > 0]
 
 
-# --------------------------------------------------------------------------------------------
-# D1: cleaning
-# --------------------------------------------------------------------------------------------
+def _noun(split: str) -> str:
+    return _NOUN.get(split, split)
+
+
+def _nouns(splits: list[str]) -> str:
+    return " or ".join(_noun(s) for s in splits)
 
 
 def check_cleaning(counts: list[RuleCount]) -> Finding:
@@ -112,31 +106,20 @@ def check_cleaning(counts: list[RuleCount]) -> Finding:
         f"{c.rule} changed {c.changed}" + (f", dropped {c.dropped}" if c.dropped else "")
         for c in counts
     ]
-    ids = [i for c in counts for i in c.example_ids][:SHOWN]
     return Finding(
         "cleaning",
         Verdict.PASS,
         "cleaning applied in order: " + "; ".join(parts),
         "D1",
-        examples=ids,
-        details={"rules": [vars(c) for c in counts]},
+        examples=[i for c in counts for i in c.example_ids][:SHOWN],
+        details={"rules": [asdict(c) for c in counts]},
     )
-
-
-# --------------------------------------------------------------------------------------------
-# D2: duplicates
-# --------------------------------------------------------------------------------------------
 
 
 def check_exact_within(splits: Splits, groups: list[DuplicateGroup]) -> Finding:
     """D2: a text repeated inside a split weighs more in training and counts twice in scores."""
-    extra: dict[str, int] = {}
-    shown: list[str] = []
-    for split in _order(splits):
-        inside = [g for g in groups if g.within(split)]
-        if inside:
-            extra[split] = sum(len(g.members[split]) - 1 for g in inside)
-            shown += [" = ".join(g.members[split][:2]) for g in inside[:2]]
+    extra = {s: sum(len(g.members[s]) - 1 for g in groups if g.within(s)) for s in _order(splits)}
+    extra = {s: n for s, n in extra.items() if n}
     if not extra:
         return Finding(
             "exact duplicates within splits",
@@ -144,31 +127,28 @@ def check_exact_within(splits: Splits, groups: list[DuplicateGroup]) -> Finding:
             "no split repeats a text after normalisation",
             "D2",
         )
-    counts = ", ".join(f"{s} {n}" for s, n in extra.items())
+    pairs = [g.members[s][:2] for s in extra for g in groups if g.within(s)][:3]
     return Finding(
         "exact duplicates within splits",
         Verdict.WARN,
-        f"extra copies of a text inside a split after normalisation: {counts} "
-        f"(e.g. {'; '.join(shown[:3])}); add `drop_exact_duplicates` to data.cleaning",
+        "extra copies of a text inside a split after normalisation: "
+        + ", ".join(f"{s} {n}" for s, n in extra.items())
+        + f" (e.g. {'; '.join(' = '.join(p) for p in pairs)}); "
+        "add `drop_exact_duplicates` to data.cleaning",
         "D2",
-        examples=[i for pair in shown[:SHOWN] for i in pair.split(" = ")][:SHOWN],
+        examples=[i for p in pairs for i in p][:SHOWN],
         details={"extra_rows": extra},
     )
 
 
 def check_exact_across(splits: Splits, groups: list[DuplicateGroup]) -> Finding:
     """D2: an evaluation example equal to a training example measures memory, not learning."""
-    order = _order(splits)
     repeated: dict[str, list[tuple[str, str]]] = {}
-    for g in groups:
-        if not g.cross_split:
-            continue
-        for i, split in enumerate(order[1:], start=1):
-            earlier = [i for s in order[:i] for i in g.members.get(s, [])]
-            if earlier:
-                repeated.setdefault(split, []).extend(
-                    (e, earlier[0]) for e in g.members.get(split, [])
-                )
+    for split, earlier in _later(splits):
+        for g in groups:
+            before = [i for s in earlier for i in g.members.get(s, [])]
+            if before and g.members.get(split):
+                repeated.setdefault(split, []).extend((e, before[0]) for e in g.members[split])
     if not repeated:
         return Finding(
             "exact duplicates across splits",
@@ -176,33 +156,34 @@ def check_exact_across(splits: Splits, groups: list[DuplicateGroup]) -> Finding:
             "no evaluation example equals an earlier split's example after normalisation",
             "D2",
         )
+    earlier_of = dict(_later(splits))
     parts = [
-        f"{len(pairs)} {_SPLIT_NOUN.get(s, s)} examples equal a "
-        f"{_earlier_noun(order[: order.index(s)])} example"
-        for s, pairs in repeated.items()
+        f"{len(p)} {_noun(s)} examples equal a {_nouns(earlier_of[s])} example"
+        for s, p in repeated.items()
     ]
-    first = [p for pairs in repeated.values() for p in pairs]
+    pairs = [p for ps in repeated.values() for p in ps]
     return Finding(
         "exact duplicates across splits",
         Verdict.FAIL,
         f"{' and '.join(parts)} after normalisation "
-        f"(e.g. {', '.join(f'{a} = {b}' for a, b in first[:3])}); "
+        f"(e.g. {', '.join(f'{a} = {b}' for a, b in pairs[:3])}); "
         "add `drop_exact_duplicates` to data.cleaning or split by group",
         "D2",
-        examples=[a for a, _ in first[:SHOWN]],
+        examples=[a for a, _ in pairs[:SHOWN]],
         details={
             "counts": {s: len(p) for s, p in repeated.items()},
-            "pairs": [list(p) for p in first[:50]],
+            "pairs": [list(p) for p in pairs[:50]],
         },
     )
 
 
 def check_near_duplicates(splits: Splits, pairs: list[NearPair], threshold: float) -> Finding:
-    """D2: near copies (a word changed, a greeting added) leak like exact ones. WARN when
-    some evaluation examples have one; FAIL above NEAR_FAIL_SHARE of an evaluation split."""
-    hit: dict[str, set[str]] = {}
+    """D2: near copies (a word changed, a greeting added) leak like exact ones. WARN when some
+    evaluation examples have one; FAIL above NEAR_FAIL_SHARE of an evaluation split."""
+    hit: dict[str, set[str]] = {s: set() for s, _ in _later(splits)}
     for p in pairs:
         hit.setdefault(p.split_b, set()).update(p.ids_b)
+    hit = {s: ids for s, ids in hit.items() if ids}
     if not hit:
         return Finding(
             "near duplicates across splits",
@@ -211,16 +192,16 @@ def check_near_duplicates(splits: Splits, pairs: list[NearPair], threshold: floa
             "in an earlier split",
             "D2",
         )
-    shares = {s: len(ids) / max(1, len(splits[s])) for s, ids in hit.items()}
+    shares = {s: len(ids) / len(splits[s]) for s, ids in hit.items()}
     verdict = Verdict.FAIL if max(shares.values()) > NEAR_FAIL_SHARE else Verdict.WARN
     counts = " and ".join(
-        f"{len(ids)} {_SPLIT_NOUN.get(s, s)} examples ({shares[s]:.1%})" for s, ids in hit.items()
+        f"{len(ids)} {_noun(s)} examples ({shares[s]:.1%})" for s, ids in hit.items()
     )
     shown = "; ".join(f"{p.ids_b[0]} ~ {p.ids_a[0]}, J={p.jaccard:.2f}" for p in pairs[:3])
     fix = (
         "split by the unit they share (data.fields.group) or remove the copies"
         if verdict is Verdict.FAIL
-        else "look at them; remove the copies or split by group if they share a source"
+        else "read them; remove the copies, or split by group if they share a source"
     )
     return Finding(
         "near duplicates across splits",
@@ -247,14 +228,9 @@ def check_near_duplicates(splits: Splits, pairs: list[NearPair], threshold: floa
     )
 
 
-# --------------------------------------------------------------------------------------------
-# D8: leakage by unit and by time
-# --------------------------------------------------------------------------------------------
-
-
 def check_group_leakage(splits: Splits, field: str | None) -> Finding:
-    """D8: examples of one conversation, patient or document on both sides of a split let
-    the model recognise the unit instead of solving the task."""
+    """D8: examples of one conversation, patient or document on both sides of a split let the
+    model recognise the unit instead of solving the task."""
     if not field:
         return Finding(
             "group leakage",
@@ -264,33 +240,29 @@ def check_group_leakage(splits: Splits, field: str | None) -> Finding:
             "(and split.policy: group) if your examples come in such units",
             "D8",
         )
-    order = _order(splits)
-    seen_in: dict[str, str] = {}
+    groups_of = {s: {ex.group for ex in splits[s] if ex.group is not None} for s in _order(splits)}
     leaked: dict[str, list[str]] = {}
-    leaked_groups: dict[str, list[str]] = {}
-    for split in order:
-        here = {ex.group for ex in splits[split] if ex.group is not None}
-        for ex in splits[split]:
-            if ex.group is not None and seen_in.get(ex.group, split) != split:
-                leaked.setdefault(split, []).append(ex.id)
-        leaked_groups[split] = sorted(g for g in here if seen_in.get(g, split) != split)
-        for g in here:
-            seen_in.setdefault(g, split)
-    if not any(leaked.values()):
-        n_groups = len(seen_in)
+    values: list[str] = []
+    for split, earlier in _later(splits):
+        before = set().union(*(groups_of[s] for s in earlier))
+        ids = [ex.id for ex in splits[split] if ex.group in before]
+        if ids:
+            leaked[split] = ids
+            values += sorted(groups_of[split] & before)
+    if not leaked:
+        n = len(set().union(*groups_of.values()))
         return Finding(
             "group leakage",
             Verdict.PASS,
-            f"each of {n_groups} {field} values sits in one split only",
+            f"each of {n} {field} values sits in one split only",
             "D8",
-            details={"groups": n_groups},
+            details={"groups": n},
         )
     parts = [
-        f"{len(ids)} {_SPLIT_NOUN.get(s, s)} examples share {field} with "
-        f"{_earlier_noun(order[: order.index(s)])}"
-        for s, ids in leaked.items()
+        f"{len(ids)} {_noun(s)} examples share {field} with {_nouns(earlier)}"
+        for s, earlier in _later(splits)
+        if (ids := leaked.get(s))
     ]
-    values = [g for s in leaked for g in leaked_groups[s]]
     return Finding(
         "group leakage",
         Verdict.FAIL,
@@ -300,26 +272,18 @@ def check_group_leakage(splits: Splits, field: str | None) -> Finding:
         examples=[i for ids in leaked.values() for i in ids][:SHOWN],
         details={
             "examples_per_split": {s: len(ids) for s, ids in leaked.items()},
-            "groups_per_split": {s: len(leaked_groups[s]) for s in leaked},
-            "groups": values[:50],
+            "groups": len(values),
+            "group_values": values[:50],
         },
     )
 
 
 def check_time_overlap(splits: Splits, field: str, policy: str) -> Finding:
-    """D8: an evaluation example dated before the end of training lets the model see the
-    future of what it is scored on. FAIL, except under a group split, where the declared
-    unit is the group and the overlap is reported as a WARN to weigh."""
-    order = _order(splits)
-    keys: dict[str, list[tuple[tuple[int, float], str, str]]] = {}
-    bad: list[str] = []
-    for split in order:
-        for ex in splits[split]:
-            key = time_key(ex.time)
-            if key is None:
-                bad.append(ex.id)
-            else:
-                keys.setdefault(split, []).append((key, ex.time or "", ex.id))
+    """D8: an evaluation example dated before the end of an earlier split lets the model see
+    the future of what it is scored on. FAIL, except under a group split: there the declared
+    unit is the group and the overlap is a WARN to weigh against how the model will be used."""
+    keyed = {s: [(time_key(ex.time), ex.id) for ex in splits[s]] for s in _order(splits)}
+    bad = [i for rows in keyed.values() for k, i in rows if k is None]
     if bad:
         return Finding(
             "time overlap",
@@ -329,83 +293,74 @@ def check_time_overlap(splits: Splits, field: str, policy: str) -> Finding:
             "D8",
             examples=bad[:SHOWN],
         )
-    kinds = {k[0][0] for rows in keys.values() for k in rows}
-    if len(kinds) > 1:
+    if len({k[0] for rows in keyed.values() for k, _ in rows}) > 1:  # type: ignore[index]
         return Finding(
             "time overlap",
             Verdict.WARN,
-            f"{field} mixes numbers, naive and timezone-aware times; write them "
-            "one way to check periods",
+            f"{field} mixes numbers, naive and timezone-aware times; write them one "
+            "way to check periods",
             "D8",
         )
-    periods = {s: (min(rows), max(rows)) for s, rows in keys.items()}
+    shown = {ex.id: ex.time for s in keyed for ex in splits[s]}
+    span = {s: [shown[min(rows)[1]], shown[max(rows)[1]]] for s, rows in keyed.items()}
+    periods = "; ".join(f"{s} {a} .. {b}" for s, (a, b) in span.items())
     overlaps: dict[str, list[str]] = {}
-    for i, split in enumerate(order[1:], start=1):
-        end = max((periods[s][1] for s in order[:i] if s in periods), default=None)
-        if end is None or split not in keys:
-            continue
-        early = [r for r in keys[split] if r[0] <= end[0]]
+    for split, earlier in _later(splits):
+        end = max(max(keyed[s])[0] for s in earlier)
+        early = sorted(row for row in keyed[split] if row[0] <= end)  # type: ignore[operator]
         if early:
-            overlaps[split] = [r[2] for r in sorted(early)]
-    span = {s: [p[0][1], p[1][1]] for s, p in periods.items()}
+            overlaps[split] = [i for _, i in early]
+    details: dict[str, Any] = {"periods": span}
     if not overlaps:
         return Finding(
             "time overlap",
             Verdict.PASS,
-            "each split's period starts after the previous one ends ("
-            + "; ".join(f"{s} {a} .. {b}" for s, (a, b) in span.items())
-            + ")",
+            f"each split's period starts after the previous one ends ({periods})",
             "D8",
-            details={"periods": span},
+            details=details,
         )
     verdict = Verdict.WARN if policy == "group" else Verdict.FAIL
-    parts = [f"{len(ids)} {_SPLIT_NOUN.get(s, s)} examples" for s, ids in overlaps.items()]
     fix = (
-        "the split is by group; if the model will meet only later data, use split.policy: time"
+        "the split is by group; if the model will only meet later data, use split.policy: time"
         if verdict is Verdict.WARN
         else "use split.policy: time"
     )
+    counts = " and ".join(f"{len(ids)} {_noun(s)} examples" for s, ids in overlaps.items())
+    details["examples_per_split"] = {s: len(ids) for s, ids in overlaps.items()}
     return Finding(
         "time overlap",
         verdict,
-        f"{' and '.join(parts)} are dated no later than the end of an earlier split "
-        f"({'; '.join(f'{s} {a} .. {b}' for s, (a, b) in span.items())}); {fix}",
+        f"{counts} are dated no later than the end of an earlier split ({periods}); {fix}",
         "D8",
         examples=[i for ids in overlaps.values() for i in ids][:SHOWN],
-        details={"periods": span, "examples_per_split": {s: len(v) for s, v in overlaps.items()}},
+        details=details,
     )
 
 
-# --------------------------------------------------------------------------------------------
-# D6, H2: labels
-# --------------------------------------------------------------------------------------------
-
-
 def check_unseen_labels(splits: Splits) -> Finding:
-    """D6/H2: a class present in evaluation but absent from training cannot be learned, and
-    its per-class guard can only fail."""
-    trained = {ex.label for ex in splits.get("train", []) if ex.label is not None}
-    unseen: dict[str, Counter[str]] = {}
-    for split in _order(splits)[1:]:
-        missing = Counter(ex.label for ex in splits[split] if ex.label not in trained)
-        missing.pop(None, None)  # type: ignore[call-overload]
-        if missing:
-            unseen[split] = missing
+    """D6/H2: a class in evaluation but absent from training cannot be learned, and its
+    per-class guard can only fail."""
+    trained = {ex.label for ex in splits.get("train", [])}
+    unseen = {
+        s: Counter(ex.label for ex in splits[s] if ex.label not in trained and ex.label)
+        for s, _ in _later(splits)
+    }
+    unseen = {s: c for s, c in unseen.items() if c}
     if not unseen:
         return Finding(
             "labels absent from training",
             Verdict.PASS,
-            f"every evaluation label occurs in training ({len(trained)} classes)",
+            f"every evaluation label occurs in training ({len(trained - {None})} classes)",
             "D6, H2",
         )
-    names = sorted({name for c in unseen.values() for name in c})
+    names = sorted({n for c in unseen.values() for n in c})
     ids = [ex.id for s in unseen for ex in splits[s] if ex.label in names]
     return Finding(
         "labels absent from training",
         Verdict.FAIL,
         f"{len(names)} label(s) occur in evaluation but never in training "
-        f"({', '.join(names[:SHOWN])}); add training examples for them or drop them "
-        "from data.labels and the evaluation files",
+        f"({', '.join(names[:SHOWN])}); add training examples for them, or drop them from "
+        "data.labels and the evaluation files",
         "D6, H2",
         examples=ids[:SHOWN],
         details={"unseen": {s: dict(c) for s, c in unseen.items()}},
@@ -414,71 +369,64 @@ def check_unseen_labels(splits: Splits) -> Finding:
 
 def check_class_balance(splits: Splits, label_names: list[str], audit: AuditSettings) -> Finding:
     """H2: per-class counts per split; WARN when the largest training class outnumbers the
-    smallest by more than imbalance_warn_ratio or a class has too few training examples."""
-    counts = {
-        s: Counter(ex.label for ex in splits[s] if ex.label is not None) for s in _order(splits)
-    }
+    smallest by more than imbalance_warn_ratio, or a class has too few training examples."""
+    counts = {s: Counter(ex.label for ex in splits[s] if ex.label) for s in _order(splits)}
     train = counts.get("train", Counter())
-    names = list(label_names) or sorted(train)
-    present = [train[n] for n in names if train[n] > 0]
-    details = {"counts": {s: dict(sorted(c.items())) for s, c in counts.items()}}
-    if not present:
+    names = [n for n in (label_names or sorted(train)) if train[n] > 0]
+    details: dict[str, Any] = {"counts": {s: dict(sorted(c.items())) for s, c in counts.items()}}
+    if not names:
         return Finding(
             "class balance", Verdict.WARN, "no labelled training examples", "H2", details=details
         )
-    ratio = max(present) / min(present)
-    few = [n for n in names if 0 < train[n] < MIN_CLASS_EXAMPLES]
-    largest = max(names, key=lambda n: train[n])
-    smallest = min((n for n in names if train[n] > 0), key=lambda n: train[n])
+    big, small = max(names, key=train.__getitem__), min(names, key=train.__getitem__)
+    ratio = details["ratio"] = round(train[big] / train[small], 2)
     seen = (
-        f"training has {len(present)} classes from {train[smallest]} ({smallest}) to "
-        f"{train[largest]} ({largest}) examples, ratio {ratio:.1f}"
+        f"training has {len(names)} classes from {train[small]} ({small}) to {train[big]} "
+        f"({big}) examples, ratio {ratio:.1f}"
     )
-    details["ratio"] = round(ratio, 2)
-    if ratio > audit.imbalance_warn_ratio or few:
-        why = []
-        if ratio > audit.imbalance_warn_ratio:
-            why.append(f"above data.audit.imbalance_warn_ratio {audit.imbalance_warn_ratio:g}")
-        if few:
-            why.append(
-                f"{len(few)} class(es) under {MIN_CLASS_EXAMPLES} examples "
-                f"({', '.join(few[:SHOWN])})"
-            )
-        return Finding(
-            "class balance",
-            Verdict.WARN,
-            f"{seen}, {' and '.join(why)}; watch the per-class guards of the small "
-            "classes, add examples or merge classes",
-            "H2",
-            details=details,
+    why = [f"above data.audit.imbalance_warn_ratio {audit.imbalance_warn_ratio:g}"] * (
+        ratio > audit.imbalance_warn_ratio
+    )
+    few = [n for n in names if train[n] < MIN_CLASS_EXAMPLES]
+    if few:
+        why.append(
+            f"{len(few)} class(es) under {MIN_CLASS_EXAMPLES} examples ({', '.join(few[:SHOWN])})"
         )
-    return Finding("class balance", Verdict.PASS, seen, "H2", details=details)
+    if not why:
+        return Finding("class balance", Verdict.PASS, seen, "H2", details=details)
+    return Finding(
+        "class balance",
+        Verdict.WARN,
+        f"{seen}, {' and '.join(why)}; watch the small classes' guards, add "
+        "examples or merge classes",
+        "H2",
+        details=details,
+    )
 
 
 def check_label_mapping(model_label_map: dict[Any, str], label_names: list[str]) -> Finding:
-    """D6: a head trained with another class order gives a finite loss on the wrong task.
+    """D6: a head trained with another class order still gives a finite loss, on the wrong
+    task. Compares the model config's id2label with the data's names in id order.
 
-    Compares the model config's id2label with the data's names in id order. Generic names
-    (LABEL_0, ...) mean the head is new (or unnamed). Same names in another order: FAIL at the
-    first id that differs. Entirely different names: a head for another task, to be replaced.
+    Generic names (LABEL_0 ...) mean a new or unnamed head; same names in another order FAIL
+    at the first id that differs; wholly other names are a head for another task (replaced).
     """
     theirs = {int(k): str(v) for k, v in model_label_map.items()}
     ours = dict(enumerate(label_names))
     details = {"model": theirs, "data": ours}
-    generic = all(v == f"LABEL_{k}" for k, v in theirs.items())
-    if generic:
-        verdict = Verdict.WARN if len(theirs) == len(ours) and len(ours) != 2 else Verdict.PASS
-        extra = (
-            f"; it already has {len(theirs)} unnamed outputs, so if it was trained make sure "
+    if all(v == f"LABEL_{k}" for k, v in theirs.items()):
+        unnamed = len(theirs) == len(ours) and len(ours) != 2  # 2 = transformers' default
+        note = (
+            f"; it already has {len(ours)} unnamed outputs: if it was trained, check that "
             "its ids follow data.labels"
-            if verdict is Verdict.WARN
+            if unnamed
             else ""
         )
         return Finding(
             "label mapping",
-            verdict,
+            Verdict.WARN if unnamed else Verdict.PASS,
             f"the model's head has generic names (LABEL_0 ...): the head is new and "
-            f"its {len(ours)} ids follow data.labels{extra}",
+            f"its {len(ours)} ids follow data.labels{note}",
             "D6",
             details=details,
         )
@@ -486,13 +434,13 @@ def check_label_mapping(model_label_map: dict[Any, str], label_names: list[str])
         return Finding(
             "label mapping",
             Verdict.WARN,
-            f"the model's head names other classes ({', '.join(list(theirs.values())[:3])}"
-            "); it will be replaced by a new head for your labels",
+            f"the model's head names other classes ({', '.join(list(theirs.values())[:3])}); "
+            "it will be replaced by a new head for your labels",
             "D6",
             details=details,
         )
-    mismatch = [i for i in sorted(set(theirs) | set(ours)) if theirs.get(i) != ours.get(i)]
-    if not mismatch:
+    differ = [i for i in sorted(set(theirs) | set(ours)) if theirs.get(i) != ours.get(i)]
+    if not differ:
         return Finding(
             "label mapping",
             Verdict.PASS,
@@ -500,110 +448,104 @@ def check_label_mapping(model_label_map: dict[Any, str], label_names: list[str])
             "D6",
             details=details,
         )
-    i = mismatch[0]
+    i = differ[0]
     model_says = f"`{theirs[i]}`" if i in theirs else "absent"
     data_says = f"`{ours[i]}`" if i in ours else "absent"
     return Finding(
         "label mapping",
         Verdict.FAIL,
         f"id {i} is {model_says} in the model but {data_says} in your data "
-        f"({len(mismatch)} id(s) differ); set data.labels to the model's order "
-        "(or start a new head)",
+        f"({len(differ)} id(s) differ); set data.labels to the model's order, or "
+        "start a new head",
         "D6",
-        examples=[str(j) for j in mismatch[:SHOWN]],
+        examples=[str(j) for j in differ[:SHOWN]],
         details=details,
     )
 
 
-# --------------------------------------------------------------------------------------------
-# D3, S6: lengths and truncation
-# --------------------------------------------------------------------------------------------
-
-
 def _length_stats(lengths: list[int]) -> dict[str, int]:
     ordered = sorted(lengths)
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return {"max": ordered[-1], "median": int(statistics.median(ordered)), "p95": p95}
 
 
 def check_lengths(
     splits: Splits, encoder: Any, task: str, max_length: int, audit: AuditSettings
 ) -> Finding:
-    """D3/S6: per split token lengths through the program's own encoder. Extraction/format:
+    """D3/S6: token lengths per split through the program's own encoder. Extraction/format:
     an answer cut by max_length is another experiment (FAIL). Classification: WARN when the
     truncated share exceeds data.audit.truncation_warn_share."""
     stats: dict[str, dict[str, int]] = {}
-    truncated: list[tuple[str, int]] = []
-    target_cut: list[tuple[str, int]] = []
-    unencodable: list[tuple[str, str]] = []
-    total = 0
+    cut: list[tuple[str, int]] = []
+    answer_cut: list[tuple[str, int]] = []
+    failed: list[tuple[str, str]] = []
     for split in _order(splits):
         lengths = []
         for ex in splits[split]:
             try:
                 enc = encoder.encode(ex)
-            except InputError as err:  # reported below as a FAIL, with the first problem
-                unencodable.append((ex.id, str(err.problems[0]) if err.problems else str(err)))
+            except InputError as err:  # not hidden: the finding below FAILs naming them
+                failed.append((ex.id, str(err.problems[0]) if err.problems else str(err)))
                 continue
             lengths.append(enc.full_length)
             if enc.truncated:
-                truncated.append((ex.id, enc.full_length))
+                cut.append((ex.id, enc.full_length))
             if enc.target_truncated:
-                target_cut.append((ex.id, enc.full_length))
-        total += len(lengths)
+                answer_cut.append((ex.id, enc.full_length))
         if lengths:
             stats[split] = _length_stats(lengths)
     seen = "; ".join(
         f"{s} median {v['median']}, p95 {v['p95']}, max {v['max']}" for s, v in stats.items()
     )
+    total = sum(len(splits[s]) for s in _order(splits)) - len(failed)
+    share = len(cut) / max(1, total)
     details: dict[str, Any] = {
         "max_length": max_length,
         "per_split": stats,
-        "truncated": len(truncated),
-        "target_truncated": len(target_cut),
+        "truncated": len(cut),
+        "truncated_share": round(share, 4),
+        "target_truncated": len(answer_cut),
     }
-    if unencodable:
+    if failed:
         return Finding(
             "length and truncation",
             Verdict.FAIL,
-            f"{len(unencodable)} examples cannot be encoded (e.g. "
-            f"{unencodable[0][1]}); fix them before sizing",
+            f"{len(failed)} examples cannot be encoded (e.g. {failed[0][1]}); fix "
+            "them before sizing",
             "D3",
-            examples=[i for i, _ in unencodable[:SHOWN]],
-            details={**details, "unencodable": unencodable[:50]},
+            examples=[i for i, _ in failed[:SHOWN]],
+            details={**details, "unencodable": failed[:50]},
         )
-    share = len(truncated) / max(1, total)
-    details["truncated_share"] = round(share, 4)
-    if target_cut and task != "classification":
-        needed = max(n for _, n in target_cut)
+    if answer_cut and task != "classification":
+        needed = max(n for _, n in answer_cut)
         return Finding(
             "length and truncation",
             Verdict.FAIL,
-            f"{len(target_cut)} examples lose answer tokens at max_length {max_length} "
-            f"(e.g. {', '.join(i for i, _ in target_cut[:3])}); the longest needs {needed}: "
-            f"raise data.max_length to {needed} or shorten the prompt; a fit bought by cutting "
-            "the answer is not the same experiment",
+            f"{len(answer_cut)} examples lose answer tokens at max_length {max_length} (e.g. "
+            f"{', '.join(i for i, _ in answer_cut[:3])}); the longest needs {needed}: raise "
+            f"data.max_length to {needed} or shorten the prompt; a fit bought by cutting the "
+            "answer is not the same experiment",
             "D3, S6",
-            examples=[i for i, _ in target_cut[:SHOWN]],
+            examples=[i for i, _ in answer_cut[:SHOWN]],
             details={**details, "needed_max_length": needed},
         )
     if share > audit.truncation_warn_share:
-        needed = max(n for _, n in truncated)
+        needed = max(n for _, n in cut)
         return Finding(
             "length and truncation",
             Verdict.WARN,
-            f"{len(truncated)} examples ({share:.1%}) are cut at max_length {max_length} "
-            f"(tokens: {seen}); the longest needs {needed}: raise data.max_length if the end "
-            "of the text decides the answer",
+            f"{len(cut)} examples ({share:.1%}) are cut at max_length {max_length} (tokens: "
+            f"{seen}); the longest needs {needed}: raise data.max_length if the end of the "
+            "text can decide the answer",
             "D3, S6",
-            examples=[i for i, _ in truncated[:SHOWN]],
+            examples=[i for i, _ in cut[:SHOWN]],
             details={**details, "needed_max_length": needed},
         )
     return Finding(
         "length and truncation",
         Verdict.PASS,
-        f"tokens per example: {seen}; {len(truncated)} cut at max_length {max_length}",
+        f"tokens per example: {seen}; {len(cut)} cut at max_length {max_length}",
         "D3, S6",
-        examples=[i for i, _ in truncated[:SHOWN]],
+        examples=[i for i, _ in cut[:SHOWN]],
         details=details,
     )

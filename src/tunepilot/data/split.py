@@ -19,8 +19,7 @@ from datetime import UTC, datetime
 
 from tunepilot.campaign import Fields, SplitPolicy
 from tunepilot.data.example import SPLITS, Example, Splits
-from tunepilot.data.load import ProblemList
-from tunepilot.errors import InputError, Problem
+from tunepilot.errors import InputError, Problem, ProblemList
 
 SEAL_FILE = "data/test_seal.json"
 _RESEAL_FIX = (

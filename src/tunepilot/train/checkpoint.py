@@ -349,8 +349,12 @@ def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer) 
     if state.get("weights") == "peft":
         _load_adapter(folder, inner)
     else:
-        missing, unexpected = load_model(inner, str(folder / _FULL_WEIGHTS), strict=False)
-        _refuse_key_mismatch(folder / _FULL_WEIGHTS, missing, unexpected)
+        path = folder / _FULL_WEIGHTS
+        try:
+            missing, unexpected = load_model(inner, str(path), strict=False)
+        except RuntimeError as exc:  # shape mismatches; keep the first line, not the wall
+            _refuse_key_mismatch(path, [], [], str(exc).strip().splitlines()[-1].strip())
+        _refuse_key_mismatch(path, missing, unexpected)
 
     tensors = load_file(str(folder / "optimizer.safetensors"))
     meta = json.loads((folder / "optimizer.json").read_text(encoding="utf-8"))
@@ -389,18 +393,28 @@ def _load_adapter(folder: Path, model: Any) -> None:
             title="checkpoint does not match the model",
         )
     saved = load_file(str(folder / _PEFT_WEIGHTS))
-    expected = set(get_peft_model_state_dict(model))
+    expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model).items()}
+    shapes = [
+        f"{k} {tuple(v.shape)} saved, {expected[k]} now"
+        for k, v in saved.items()
+        if k in expected and tuple(v.shape) != expected[k]
+    ]
     _refuse_key_mismatch(
-        folder / _PEFT_WEIGHTS, sorted(expected - set(saved)), sorted(set(saved) - expected)
+        folder / _PEFT_WEIGHTS,
+        sorted(expected.keys() - saved.keys()),
+        sorted(saved.keys() - expected.keys()),
+        f"{len(shapes)} shapes differ (e.g. {shapes[0]})" if shapes else "",
     )
     set_peft_model_state_dict(model, saved)
 
 
-def _refuse_key_mismatch(path: Path, missing: list[str], unexpected: list[str]) -> None:
+def _refuse_key_mismatch(
+    path: Path, missing: list[str], unexpected: list[str], shapes: str = ""
+) -> None:
     """One sentence with counts and a few names, instead of a wall of keys (STYLE 11)."""
-    if not missing and not unexpected:
+    if not missing and not unexpected and not shapes:
         return
-    parts = []
+    parts = [shapes] if shapes else []
     if missing:
         parts.append(f"{len(missing)} weights missing (e.g. {', '.join(missing[:3])})")
     if unexpected:

@@ -1,0 +1,193 @@
+"""Format readers: bytes on disk -> (line number, row) pairs, problems named by file and line.
+
+JSONL, CSV, TSV (quoting on or off) and Parquet. Bytes are decoded line by line so a non-UTF-8
+byte is reported with its line and byte offset instead of one opaque decode error. CSV is read
+with `strict=True`: a quote that is text (raw TSV such as the SMS spam collection) would
+otherwise merge lines silently. pyarrow is imported only for Parquet.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from tunepilot.campaign import DataSettings
+from tunepilot.errors import ProblemList
+
+_SUFFIX_FORMAT = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}
+_SUFFIX_FORMAT |= {".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet"}
+_QUOTING_FIX = (
+    "check the quotes on that line; if quote characters are part of the text (raw TSV), "
+    "set `data.quoting: false`"
+)
+
+Row = tuple[int, dict[str, Any]]  # (physical line or parquet row number, column -> value)
+
+
+def detect_format(path: Path, declared: str, problems: ProblemList) -> str:
+    """`data.format`, or the suffix; .txt / no suffix: tabs mean TSV, commas CSV."""
+    if declared != "auto":
+        return declared
+    suffix = path.suffix.lower()
+    if suffix in _SUFFIX_FORMAT:
+        return _SUFFIX_FORMAT[suffix]
+    with path.open("rb") as handle:
+        first = handle.readline()
+    if b"\t" in first:
+        return "tsv"
+    if b"," in first:
+        return "csv"
+    problems.add(
+        str(path),
+        f"cannot tell the format of a `{suffix or 'no suffix'}` file",
+        "set `data.format` to jsonl, csv, tsv or parquet",
+    )
+    return "unknown"
+
+
+def _decode_lines(path: Path, raw: bytes, problems: ProblemList) -> list[str]:
+    """Split on LF (so numbers match editors for LF and CRLF files) and decode each line."""
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    pieces = raw.split(b"\n")
+    if pieces and pieces[-1] == b"":
+        pieces.pop()
+    lines, offset = [], 0
+    for number, piece in enumerate(pieces, start=1):
+        try:
+            text = piece.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.add(
+                f"{path}:{number}",
+                f"not UTF-8: byte 0x{piece[exc.start]:02x} at byte offset {offset + exc.start} "
+                f"(column {exc.start + 1} of the line)",
+                "re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)",
+            )
+            text = piece.decode("utf-8", errors="replace")
+        lines.append(text + "\n")
+        offset += len(piece) + 1
+    return lines
+
+
+def _read_jsonl(path: Path, lines: list[str], problems: ProblemList) -> tuple[list[Row], list[str]]:
+    if lines and lines[0].lstrip().startswith("["):
+        problems.add(
+            f"{path}:1",
+            "a JSON array, not JSON Lines",
+            "write one JSON object per line (JSONL), e.g. `jq -c '.[]' in.json > out.jsonl`",
+        )
+        return [], []
+    rows: list[Row] = []
+    columns: dict[str, None] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.add(
+                f"{path}:{number}",
+                f"not valid JSON ({exc.msg} at column {exc.colno})",
+                "fix that line: one JSON object per line, double-quoted keys and strings",
+            )
+            continue
+        if not isinstance(value, dict):
+            problems.add(
+                f"{path}:{number}",
+                f"a JSON {type(value).__name__}, not an object",
+                'write each line as an object such as {"text": ..., "label": ...}',
+            )
+            continue
+        columns.update(dict.fromkeys(value))
+        rows.append((number, value))
+    return rows, list(columns)
+
+
+def _read_delimited(
+    path: Path, lines: list[str], fmt: str, data: DataSettings, problems: ProblemList
+) -> tuple[list[Row], list[str]]:
+    """CSV / TSV with the physical line where each record starts (records may span lines)."""
+    quoting = csv.QUOTE_MINIMAL if data.quoting else csv.QUOTE_NONE
+    reader = csv.reader(
+        iter(lines), delimiter="\t" if fmt == "tsv" else ",", quoting=quoting, strict=True
+    )
+    records, start = [], 1
+    while True:
+        try:
+            record = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            problems.add(f"{path}:{start}", f"unreadable CSV record ({exc})", _QUOTING_FIX)
+            start = reader.line_num + 1
+            continue
+        if record:
+            records.append((start, record))
+        start = reader.line_num + 1
+    names = list(data.columns) if data.columns else None
+    if data.header and records:
+        line, header = records.pop(0)
+        if names is not None and len(names) != len(header):
+            problems.add(
+                f"{path}:{line}",
+                f"the header has {len(header)} columns but `data.columns` names {len(names)}",
+                "make `data.columns` match the header, or remove it to use the header names",
+            )
+        names = names or [h.strip() for h in header]
+        duplicates = sorted({n for n in names if names.count(n) > 1 or not n})
+        if duplicates:
+            problems.add(
+                f"{path}:{line}",
+                f"empty or repeated column names {duplicates}",
+                "give every column a unique name in the header",
+            )
+    if names is None:
+        problems.add(
+            "data.columns",
+            f"{path} has no header (`data.header: false`) and no column names",
+            "list them, e.g. `columns: [label, text]`, or set `data.header: true`",
+        )
+        return [], []
+    rows: list[Row] = []
+    for line, record in records:
+        if len(record) != len(names):
+            multi = " (this record spans several lines)" if "\n" in "".join(record) else ""
+            problems.add(
+                f"{path}:{line}",
+                f"{len(record)} fields where the header has {len(names)} "
+                f"({', '.join(names)}){multi}",
+                _QUOTING_FIX
+                if data.quoting and '"' in "".join(record)
+                else "quote fields that contain the separator, or fix the separators on that line",
+            )
+            continue
+        rows.append((line, dict(zip(names, record, strict=True))))
+    return rows, names
+
+
+def _read_parquet(path: Path, problems: ProblemList) -> tuple[list[Row], list[str]]:
+    """Rows numbered from 1 (there are no lines in Parquet)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        problems.add(str(path), "pyarrow is not installed", "pip install pyarrow")
+        return [], []
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        problems.add(
+            str(path),
+            f"not a readable Parquet file ({str(exc).splitlines()[0][:160]})",
+            "re-export it (e.g. `df.to_parquet(path)`) or give JSONL/CSV and set `data.format`",
+        )
+        return [], []
+    rows = [(i + 1, row) for i, row in enumerate(table.to_pylist())]
+    return rows, list(table.column_names)
+
+
+# --------------------------------------------------------------------------------------------
+# rows -> examples
+# --------------------------------------------------------------------------------------------

@@ -1,0 +1,554 @@
+"""Sizing a complete training step before renting (S1, S7, L1, L2).
+
+Three pieces, each small enough to check by hand:
+- `static_bytes`: what the trainable set costs whatever the input shape: weights, gradients,
+  optimizer state and fp32 master copies (S1: precision, optimizer states and trainable
+  parameters are part of the estimate).
+- `fit_memory_model`: peaks measured at a few (microbatch, length) points, fitted as
+  peak = fixed + a x tokens + b x tokens x length (tokens = microbatch x length; the quadratic
+  term is attention scores), checked on a held-out point (`holdout_error`).
+- `selection_sheet`: the configured shape and its alternatives on every catalog card, with
+  headroom, in the order S6 proposes them; a configuration is recommended only when the
+  software stack passed the pilot on that card's backend (L2).
+
+Pure Python + numpy: no torch here, the measurements come from the memory probe.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tunepilot.errors import input_error
+from tunepilot.measure.memory import MemoryProbe, human_bytes
+from tunepilot.pilot.catalog import GpuCard
+from tunepilot.train.arithmetic import plan_updates
+from tunepilot.verdict import Verdict
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Optimizer state per trainable parameter, kept in fp32: AdamW = exp_avg + exp_avg_sq.
+OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 0, "sgd_momentum": 4, "adamw_8bit": 2}
+# Assumptions, stated in the sheet: CUDA context + allocator cache outside tensor counters,
+# and the share of activation memory that activation checkpointing keeps (layer inputs plus
+# one layer recomputed at a time). Measure the S3 row before relying on the second one.
+DEFAULT_OVERHEAD_BYTES = 1024**3
+CHECKPOINTING_KEEPS = 0.3
+
+
+@dataclass(frozen=True)
+class StaticBytes:
+    """Bytes that do not depend on the input shape (S1), per replica before any sharding."""
+
+    weights: int
+    gradients: int
+    optimizer_state: int
+    master_weights: int
+    sentence: str
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer_state + self.master_weights
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "total": self.total}
+
+
+def static_bytes(
+    n_params_total: int,
+    n_trainable: int,
+    precision: str,
+    optimizer: str = "adamw",
+    *,
+    weights_dtype: str | None = None,
+    master_weights: bool | None = None,
+) -> StaticBytes:
+    """Weights (all), gradients (trainable only), optimizer state and master copies.
+
+    tunepilot's loop keeps weights in fp32 and applies bf16/fp16 through autocast, so by
+    default (`weights_dtype=None`) precision saves activation memory, not static memory.
+    Storing weights in half precision (`weights_dtype="bf16"`) halves weights and gradients,
+    and then the trainable set needs fp32 master copies (default on for half weights).
+    """
+    for key, value in (("precision", precision), ("weights_dtype", weights_dtype or "fp32")):
+        if value not in DTYPE_BYTES:
+            raise input_error(f"training.{key}", f"`{value}`", f"use one of {list(DTYPE_BYTES)}")
+    if optimizer not in OPTIMIZER_STATE_BYTES:
+        raise input_error(
+            "optimizer", f"`{optimizer}`", f"use one of {list(OPTIMIZER_STATE_BYTES)}"
+        )
+    if not 0 <= n_trainable <= n_params_total:
+        raise input_error(
+            "model", f"{n_trainable:,} trainable of {n_params_total:,}", "check the counts"
+        )
+    wdtype = weights_dtype or "fp32"
+    half = DTYPE_BYTES[wdtype] < 4
+    keep_master = half if master_weights is None else master_weights
+    w = n_params_total * DTYPE_BYTES[wdtype]
+    g = n_trainable * DTYPE_BYTES[wdtype]
+    o = n_trainable * OPTIMIZER_STATE_BYTES[optimizer]
+    m = n_trainable * 4 if keep_master else 0
+    sentence = (
+        f"{n_params_total:,} weights in {wdtype} ({human_bytes(w)}) + gradients for "
+        f"{n_trainable:,} trainable ({human_bytes(g)}) + {optimizer} state "
+        f"({human_bytes(o)})"
+        + (f" + fp32 master copies ({human_bytes(m)})" if m else "")
+        + f" = {human_bytes(w + g + o + m)} before activations, computed in {precision}."
+    )
+    return StaticBytes(w, g, o, m, sentence)
+
+
+# --------------------------------------------------------------------------------------------
+# the memory model
+# --------------------------------------------------------------------------------------------
+
+Point = tuple[int, int, float]  # (microbatch, length, peak bytes)
+
+
+@dataclass
+class MemoryModel:
+    """peak = fixed + a x (mb x len) + b x (mb x len^2), coefficients >= 0."""
+
+    fixed: float
+    per_token: float  # a
+    per_token_length: float  # b
+    points: list[Point] = field(default_factory=list)
+    identifiable: bool = True  # False when the grid cannot separate the terms
+    max_fit_error: float = 0.0  # largest relative residual on the fitted points
+
+    def activation_bytes(self, microbatch: int, length: int) -> float:
+        tokens = microbatch * length
+        return self.per_token * tokens + self.per_token_length * tokens * length
+
+    def predict(self, microbatch: int, length: int) -> float:
+        return self.fixed + self.activation_bytes(microbatch, length)
+
+    def sentence(self) -> str:
+        return (
+            f"peak = {human_bytes(self.fixed)} + {self.per_token:.0f} B x tokens + "
+            f"{self.per_token_length:.3g} B x tokens x length, fitted on {len(self.points)} "
+            f"points (largest residual {self.max_fit_error:.1%})"
+            + ("" if self.identifiable else "; the grid cannot separate the terms: vary length")
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "sentence": self.sentence()}
+
+
+def fit_memory_model(points: Sequence[Point]) -> MemoryModel:
+    """Non-negative least squares, exact: with three terms every subset of columns is tried
+    and the best feasible one kept (the NNLS optimum is the plain least-squares solution on
+    its own support), so no scipy is needed. Columns are scaled for conditioning."""
+    if len(points) < 2:
+        raise input_error("plan.grid", f"{len(points)} measured point(s)", "measure at least 3")
+    pts = [(int(mb), int(n), float(p)) for mb, n, p in points]
+    design = np.array([[1.0, mb * n, mb * n * n] for mb, n, _ in pts])
+    target = np.array([p for _, _, p in pts])
+    scale = np.abs(design).max(axis=0)
+    scaled = design / scale
+    best: tuple[float, np.ndarray] | None = None
+    for k in range(1, 4):
+        for cols in itertools.combinations(range(3), k):
+            coef, *_ = np.linalg.lstsq(scaled[:, cols], target, rcond=None)
+            if (coef < 0).any():
+                continue
+            full = np.zeros(3)
+            full[list(cols)] = coef
+            residual = float(np.sum((scaled @ full - target) ** 2))
+            if best is None or residual < best[0] - 1e-12 * max(1.0, residual):
+                best = (residual, full)
+    if best is None:  # only when every target is negative: nothing sensible to fit
+        raise input_error("plan.grid", "negative peaks", "measure absolute peaks, not deltas")
+    fixed, a, b = (best[1] / scale).tolist()
+    model = MemoryModel(fixed, a, b, pts, identifiable=np.linalg.matrix_rank(scaled) == 3)
+    rel = [abs(model.predict(mb, n) - p) / p for mb, n, p in pts if p > 0]
+    model.max_fit_error = max(rel, default=0.0)
+    return model
+
+
+@dataclass(frozen=True)
+class HoldoutCheck:
+    """The memory model fitted without one grid point, then asked to predict it."""
+
+    microbatch: int
+    length: int
+    measured: float
+    predicted: float
+    relative_error: float  # |predicted - measured| / measured peak
+    activation_error: float  # the same error over the measured activation part (stricter)
+    goal: float
+    verdict: Verdict
+    sentence: str
+
+
+def holdout_error(
+    points: Sequence[Point], holdout: int | tuple[int, int] = -1, goal: float = 0.10
+) -> HoldoutCheck:
+    """Fit on every point but `holdout` (an index or a (microbatch, length)) and predict it."""
+    if isinstance(holdout, tuple):
+        idx = [i for i, (mb, n, _) in enumerate(points) if (mb, n) == holdout]
+        if not idx:
+            raise input_error("plan.holdout", f"{holdout} was not measured", "pick a grid point")
+        index = idx[0]
+    else:
+        index = holdout % len(points)
+    mb, n, measured = points[index]
+    model = fit_memory_model([p for i, p in enumerate(points) if i != index])
+    predicted = model.predict(mb, n)
+    err = abs(predicted - measured) / measured if measured > 0 else math.inf
+    act = abs(predicted - measured) / max(measured - model.fixed, 1.0)
+    verdict = Verdict.PASS if err <= goal else Verdict.WARN
+    sentence = (
+        f"fitted on {len(points) - 1} points, the model predicts {human_bytes(predicted)} at "
+        f"microbatch {mb} x length {n} where {human_bytes(measured)} was measured: error "
+        f"{err:.1%} of the peak (goal <= {goal:.0%}), {act:.1%} of its activation part"
+    )
+    if verdict is Verdict.WARN:
+        sentence += "; measure more grid points before trusting the fit"
+    return HoldoutCheck(mb, n, measured, predicted, err, act, goal, verdict, sentence)
+
+
+def measure_memory_grid(
+    run_step: Callable[[int, int], Any],
+    grid: Sequence[tuple[int, int]],
+    probe: MemoryProbe,
+    counter: str | None = None,
+    warmup: bool = True,
+) -> list[Point]:
+    """Absolute peaks of `run_step(microbatch, length)` at each grid point.
+
+    Smallest shapes first: freed heap stays resident on CPU, so a large shape measured
+    before a small one would inflate the small one's peak. One unmeasured warm-up step first
+    allocates the optimizer state, so every point sees the steady fixed part (S4).
+    `counter` defaults to `reserved` on a GPU (what the card must hold) and `rss` on CPU.
+    """
+    name = counter or ("rss" if probe.counters.kind == "cpu" else "reserved")
+    ordered = sorted(grid, key=lambda s: (s[0] * s[1], s[1]))
+    if warmup and ordered:
+        run_step(*ordered[0])
+    points: list[Point] = []
+    for mb, n in ordered:
+        with probe.phase(f"grid mb={mb} len={n}") as record:
+            run_step(mb, n)
+        peak = record.peak_bytes(name)
+        if peak is None:
+            raise input_error("plan.counter", f"no `{name}` reading", f"use {record.counters}")
+        points.append((mb, n, float(peak)))
+    return points
+
+
+def updates_sheet(
+    n_examples: int,
+    microbatch: int,
+    accumulation: int,
+    replicas: int = 1,
+    *,
+    updates: int | None = None,
+    epochs: float | None = None,
+    drop_last: bool = False,
+) -> dict[str, Any]:
+    """S7: examples per update, updates per epoch, examples seen; what is held and what follows."""
+    plan = plan_updates(
+        n_examples,
+        microbatch,
+        accumulation,
+        replicas,
+        updates=updates,
+        epochs=epochs,
+        drop_last=drop_last,
+    )
+    follows = "epochs and examples seen" if plan.held == "updates" else "updates"
+    return {
+        **plan.to_json(),
+        "follows": follows,
+        "rule": "examples per update = microbatch x accumulation x data replicas; model "
+        "parallelism does not multiply it. Holding updates fixed while changing the batch "
+        "changes examples seen; holding epochs fixed changes updates (S7).",
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# the selection sheet (L1, L2)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One configuration to size: a row of the selection sheet."""
+
+    label: str
+    microbatch: int
+    accumulation: int
+    precision: str
+    checkpointing: bool
+    strategy: str  # "none", "ddp", "fsdp"
+    world_size: int
+
+
+def _alternatives(base: Shape, gpu_counts: Sequence[int]) -> list[Shape]:
+    """The configured shape, then S6's order: smaller microbatch with more accumulation (same
+    effective batch), activation checkpointing, lower precision, more GPUs (DDP, FSDP)."""
+    rows = [base]
+    effective = base.microbatch * base.accumulation
+    mb = base.microbatch // 2
+    while mb >= 1:
+        if effective % mb == 0:
+            rows.append(
+                Shape(
+                    f"microbatch {mb} x accumulation {effective // mb}",
+                    mb,
+                    effective // mb,
+                    base.precision,
+                    base.checkpointing,
+                    base.strategy,
+                    base.world_size,
+                )
+            )
+        mb //= 2
+    if not base.checkpointing:
+        rows.append(
+            Shape(
+                "activation checkpointing",
+                base.microbatch,
+                base.accumulation,
+                base.precision,
+                True,
+                base.strategy,
+                base.world_size,
+            )
+        )
+    if base.precision == "fp32":
+        rows.append(
+            Shape(
+                "bf16 autocast",
+                base.microbatch,
+                base.accumulation,
+                "bf16",
+                base.checkpointing,
+                base.strategy,
+                base.world_size,
+            )
+        )
+    if base.strategy == "none" and base.world_size == 1:
+        for n in gpu_counts:
+            acc = base.accumulation // n if base.accumulation % n == 0 else base.accumulation
+            for strategy in ("ddp", "fsdp"):
+                rows.append(
+                    Shape(
+                        f"{strategy.upper()} x {n} GPUs",
+                        base.microbatch,
+                        acc,
+                        base.precision,
+                        base.checkpointing,
+                        strategy,
+                        n,
+                    )
+                )
+    return rows
+
+
+@dataclass(frozen=True)
+class Measured:
+    """How the memory model was measured: the rows that differ from it are estimates."""
+
+    precision: str
+    checkpointing: bool
+    overhead: int
+
+
+def _activation_scale(shape: Shape, measured: Measured) -> tuple[float, list[str]]:
+    """Factor from measured activations to this shape's, and why it is an estimate."""
+    factor, why = 1.0, []
+    if shape.precision != measured.precision:
+        factor *= DTYPE_BYTES[shape.precision] / DTYPE_BYTES[measured.precision]
+        why.append(f"activations measured in {measured.precision}, scaled to {shape.precision}")
+    if shape.checkpointing and not measured.checkpointing:
+        factor *= CHECKPOINTING_KEEPS
+        why.append(f"checkpointing assumed to keep {CHECKPOINTING_KEEPS:.0%} of activations")
+    return factor, why
+
+
+def _peak_per_gpu(
+    shape: Shape, model: MemoryModel, static: StaticBytes, length: int, measured: Measured
+) -> tuple[float, float, float, list[str]]:
+    """(static per GPU, activations, predicted peak per GPU, estimate reasons) for `shape`."""
+    per_gpu_static = static.total / shape.world_size if shape.strategy == "fsdp" else static.total
+    factor, why = _activation_scale(shape, measured)
+    act = model.activation_bytes(shape.microbatch, length) * factor
+    return per_gpu_static, act, per_gpu_static + act + measured.overhead, why
+
+
+def _fit(card: GpuCard, shape: Shape, peak: float, min_headroom: float) -> dict[str, Any]:
+    """The verdict of one shape on one card, with its headroom (share of memory left free)."""
+    headroom = 1.0 - peak / card.memory_bytes
+    if shape.precision == "bf16" and not card.bf16:
+        verdict, why = Verdict.FAIL, f"{card.name} has no bf16"
+    elif shape.world_size > card.gpus:
+        verdict, why = Verdict.FAIL, f"needs {shape.world_size} GPUs, the machine has {card.gpus}"
+    elif headroom >= min_headroom:
+        verdict, why = Verdict.PASS, f"fits with {headroom:.0%} headroom"
+    elif headroom >= 0:
+        verdict, why = Verdict.WARN, f"fits with only {headroom:.0%} headroom"
+    else:
+        verdict, why = (
+            Verdict.FAIL,
+            f"needs {human_bytes(peak)}, {human_bytes(-headroom * card.memory_bytes)} more than the card has",
+        )
+    return {"verdict": str(verdict), "headroom": round(headroom, 4), "sentence": why}
+
+
+def _max_microbatch(
+    card: GpuCard, model: MemoryModel, fixed: float, length: int, factor: float, headroom: float
+) -> int:
+    """The largest microbatch at `length` that keeps `headroom` free on the card."""
+    per_example = model.activation_bytes(1, length) * factor
+    room = card.memory_bytes * (1 - headroom) - fixed
+    if room < 0:
+        return 0
+    return 10**6 if per_example <= 0 else int(room // per_example)
+
+
+def selection_sheet(
+    *,
+    n_params_total: int,
+    n_trainable: int,
+    memory_model: MemoryModel,
+    microbatch: int,
+    max_length: int,
+    accumulation: int,
+    precision: str,
+    expected_result: str,
+    cards: Sequence[GpuCard],
+    stack_checked: bool,
+    checked_backend: str | None = None,
+    strategy: str = "none",
+    world_size: int = 1,
+    activation_checkpointing: bool = False,
+    optimizer: str = "adamw",
+    measured_precision: str = "fp32",
+    min_headroom: float = 0.10,
+    overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
+    gpu: str | None = None,
+    gpu_counts: Sequence[int] = (2, 4, 8),
+) -> dict[str, Any]:
+    """L1: the sheet for the configured shape and its alternatives on every card.
+
+    Predicted peak per GPU = static bytes (divided by world size under FSDP) + activations
+    from the fitted model (scaled to the precision) + `overhead_bytes`. `stack_checked`: the
+    environment and step gates passed; a row is recommended only then, and only on a card of
+    `checked_backend` (L2, B1: another backend means running the pilot there first).
+    """
+    static = static_bytes(n_params_total, n_trainable, precision, optimizer)
+    measured = Measured(measured_precision, activation_checkpointing, overhead_bytes)
+    base = Shape(
+        "configured",
+        microbatch,
+        accumulation,
+        precision,
+        activation_checkpointing,
+        strategy,
+        world_size,
+    )
+    if gpu is not None and not any(c.name.lower() == gpu.lower() for c in cards):
+        raise input_error(
+            "rental.gpu",
+            f"no card `{gpu}` in the catalog",
+            f"use one of: {', '.join(c.name for c in cards)}",
+        )
+    rows = []
+    for shape in _alternatives(base, gpu_counts):
+        s, act, peak, why = _peak_per_gpu(shape, memory_model, static, max_length, measured)
+        rows.append(
+            {
+                **asdict(shape),
+                "estimate": "; ".join(why),
+                "examples_per_update": shape.microbatch
+                * shape.accumulation
+                * (shape.world_size if shape.strategy in ("ddp", "fsdp") else 1),
+                "static_bytes_per_gpu": int(s),
+                "activation_bytes": int(act),
+                "overhead_bytes": overhead_bytes,
+                "peak_bytes_per_gpu": int(peak),
+                "fits": {c.name: _fit(c, shape, peak, min_headroom) for c in cards},
+            }
+        )
+    fixed = rows[0]["static_bytes_per_gpu"] + overhead_bytes
+    factor = _activation_scale(base, measured)[0]
+    max_dims = {
+        c.name: _max_microbatch(c, memory_model, fixed, max_length, factor, min_headroom)
+        for c in cards
+    }
+
+    # The candidate: the first row in S6's order that fits a card with headroom, on the named
+    # card or on the smallest card. DDP rows use as much memory per GPU as the configured one,
+    # so they never rescue a shape that does not fit; they are for speed.
+    targets = [c for c in cards if gpu is None or c.name.lower() == gpu.lower()]
+    targets.sort(key=lambda c: (c.memory_gib, -c.relative_speed))
+    candidate = None
+    for row in rows:
+        if row["strategy"] == "ddp" and row["label"] != "configured":
+            continue
+        card = next((c for c in targets if row["fits"][c.name]["verdict"] == "PASS"), None)
+        if card is not None:
+            candidate = {
+                "row": row["label"],
+                "card": card.name,
+                "backend": card.backend,
+                "headroom": row["fits"][card.name]["headroom"],
+            }
+            break
+    recommendation, why = None, ""
+    if candidate is None:
+        why = "no configuration fits a card of the catalog with the headroom asked for"
+    elif not stack_checked:
+        why = (
+            "not recommended yet: the environment and step gates have not passed; run "
+            "`tunepilot pilot` until they do (L2)"
+        )
+    elif checked_backend is not None and checked_backend != candidate["backend"]:
+        why = (
+            f"not recommended yet: the stack was checked on {checked_backend}, not on "
+            f"{candidate['backend']}; run `tunepilot pilot` on the {candidate['card']} "
+            "before the campaign (B1, L2)"
+        )
+    else:
+        recommendation = candidate
+        why = (
+            f"{candidate['row']} on {candidate['card']}: it fits with "
+            f"{candidate['headroom']:.0%} headroom and the stack passed on "
+            f"{checked_backend or candidate['backend']}"
+        )
+    return {
+        "memory_per_gpu": {c.name: c.memory_bytes for c in cards},
+        "max_dims": {
+            "length": max_length,
+            "microbatch": microbatch,
+            "max_microbatch_at_length": max_dims,
+        },
+        "precision": precision,
+        "microbatch": microbatch,
+        "accumulation": accumulation,
+        "strategy": strategy,
+        "world_size": world_size,
+        "activation_checkpointing": activation_checkpointing,
+        "expected_result": expected_result,
+        "static_bytes": static.to_json(),
+        "memory_model": memory_model.to_json(),
+        "min_headroom": min_headroom,
+        "rows": rows,
+        "candidate": candidate,
+        "recommendation": recommendation,
+        "recommendation_sentence": why,
+        "stack_checked": stack_checked,
+        "checked_backend": checked_backend,
+        "assumptions": [
+            f"{human_bytes(overhead_bytes)} per GPU for the CUDA context and allocator cache",
+            "weights stay fp32 under bf16/fp16 autocast (tunepilot's loop)",
+            f"activation checkpointing keeps ~{CHECKPOINTING_KEEPS:.0%} of activations",
+            f"activations measured in {measured_precision} scale with bytes per value",
+        ],
+    }
