@@ -16,9 +16,8 @@ from tunepilot.model import (
     check_new_head_trainable,
     enable_activation_checkpointing,
     load_model,
-    trainable_report,
-    update_audit,
 )
+from tunepilot.params import trainable_report, update_audit
 from tunepilot.verdict import Verdict
 
 LABELS = ["billing", "delivery", "refund"]

@@ -7,7 +7,8 @@ import torch
 
 from tunepilot.base_model import load_tokenizer, resolve_source
 from tunepilot.campaign import LoraSettings, ModelSettings
-from tunepilot.model import apply_method, load_model, trainable_report, update_audit
+from tunepilot.model import apply_method, load_model
+from tunepilot.params import trainable_report, update_audit
 from tunepilot.verdict import Verdict
 
 pytestmark = pytest.mark.slow

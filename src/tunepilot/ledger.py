@@ -18,7 +18,6 @@ What is stored, and why nothing is ever rewritten: `ledger_schema.py`.
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import re
@@ -26,18 +25,19 @@ import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tunepilot.errors import input_error
+from tunepilot.ledger_evidence import EvidenceRecords
 from tunepilot.ledger_schema import (
     BASELINE,
     DEFAULT_REASON,
     MIGRATIONS,
     NEEDS_REASON,
     SCHEMA_VERSION_DDL,
-    SPLITS,
     STATUSES,
     TRANSITIONS,
     CurvePoint,
@@ -51,7 +51,7 @@ from tunepilot.ledger_schema import (
     TestLook,
     dead_reason,
     dumps,
-    loss_from_db,
+    insert,
     process_start,
     utc_now,
 )
@@ -79,7 +79,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # ids name folders
 T = TypeVar("T")
 
 
-class Ledger:
+class Ledger(EvidenceRecords):
     """An open ledger: `with Ledger.open(campaign_folder) as ledger: ...`.
 
     One connection per process; a Ledger must not cross a fork (open it again in the child).
@@ -220,9 +220,16 @@ class Ledger:
         ).fetchone():
             n += 1  # an explicit id already took this name: skip it, never share it
         run_id = f"{variant}-s{seed}-{n}"
-        conn.execute(
-            "INSERT INTO run_ids VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (run_id, variant, seed, n, utc_now(), os.getpid(), self._host),
+        insert(
+            conn,
+            "run_ids",
+            id=run_id,
+            variant=variant,
+            seed=seed,
+            n=n,
+            reserved_at=utc_now(),
+            pid=os.getpid(),
+            host=self._host,
         )
         return run_id
 
@@ -260,10 +267,8 @@ class Ledger:
         for key, value in (("config_hash", config_hash), ("data_version", data_version)):
             if not value:
                 raise input_error(key, "empty", "record what the run trains on (V2)")
-        diff_json, budget_json = (
-            dumps(dict(diff or {}), "diff"),
-            dumps(dict(budget or {}), "budget"),
-        )
+        diff_json = dumps(dict(diff or {}), "diff")
+        budget_json = dumps(dict(budget or {}), "budget")
         if metrics_file is None and run_dir is not None:
             metrics_file = Path(run_dir) / "metrics.jsonl"
 
@@ -274,33 +279,17 @@ class Ledger:
             if not conn.execute("SELECT 1 FROM run_ids WHERE id = ?", (rid,)).fetchone():
                 if not _NAME.match(rid) or rid == BASELINE:
                     raise input_error("run_id", repr(rid), "use letters, digits, '.', '_', '-'")
-                conn.execute(
-                    "INSERT INTO run_ids VALUES (?, NULL, NULL, NULL, ?, ?, ?)",
-                    (rid, utc_now(), os.getpid(), self._host),
+                insert(
+                    conn, "run_ids", id=rid, reserved_at=utc_now(), pid=os.getpid(), host=self._host
                 )
             if retry_of is not None:
                 self._require_run(conn, retry_of)
-            conn.execute(
-                "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    rid,
-                    campaign,
-                    variant,
-                    seed,
-                    control_run,
-                    retry_of,
-                    config_hash,
-                    data_version,
-                    eval_config_hash,
-                    diff_json,
-                    budget_json,
-                    _opt_str(run_dir),
-                    _opt_str(metrics_file),
-                    utc_now(),
-                    os.getpid(),
-                    self._host,
-                ),
-            )
+            values = dict(id=rid, campaign=campaign, variant=variant, seed=seed,
+                          control_run=control_run, retry_of=retry_of, config_hash=config_hash,
+                          data_version=data_version, eval_config_hash=eval_config_hash,
+                          diff=diff_json, budget=budget_json, run_dir=_opt_str(run_dir),
+                          metrics_file=_opt_str(metrics_file))  # fmt: skip
+            insert(conn, "runs", created_at=utc_now(), pid=os.getpid(), host=self._host, **values)
             self._insert_status(conn, rid, status, reason, None)
             return rid
 
@@ -324,14 +313,10 @@ class Ledger:
         new_id = self.new_run_id(old.variant, old.seed)
         if run_dir is None and old.run_dir and Path(old.run_dir).name == run_id:
             run_dir = Path(old.run_dir).parent / new_id  # runs/<id> -> runs/<new id>
+        kept = ("campaign", "variant", "seed", "data_version", "eval_config_hash", "control_run")
         return self.register_run(
-            campaign=old.campaign,
-            variant=old.variant,
-            seed=old.seed,
+            **{k: getattr(old, k) for k in kept},
             config_hash=config_hash or old.config_hash,
-            data_version=old.data_version,
-            eval_config_hash=old.eval_config_hash,
-            control_run=old.control_run,
             diff=old.diff if diff is None else diff,
             budget=old.budget if budget is None else budget,
             run_dir=run_dir,
@@ -378,10 +363,7 @@ class Ledger:
         row = StatusChange(
             run_id, status, reason or DEFAULT_REASON[status], utc_now(), pid, self._host
         )
-        conn.execute(
-            "INSERT INTO run_status (run_id, status, reason, at, pid, host) VALUES (?,?,?,?,?,?)",
-            (row.run_id, row.status, row.reason, row.at, row.pid, row.host),
-        )
+        insert(conn, "run_status", **asdict(row))
         if status == "running":
             self._beat(conn, run_id, pid, row.at, fresh=True)
         return row
@@ -466,6 +448,7 @@ class Ledger:
             return dead
 
         return self._write(write)
+
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc).lower()

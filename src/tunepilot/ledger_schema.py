@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sqlite3
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -65,7 +66,7 @@ _TABLES_V1 = (
         variant TEXT, seed INTEGER, n INTEGER,
         reserved_at TEXT NOT NULL, pid INTEGER NOT NULL, host TEXT NOT NULL)""",
     "CREATE INDEX run_ids_prefix ON run_ids(variant, seed, n)",
-    f"""CREATE TABLE runs (
+    """CREATE TABLE runs (
         id TEXT PRIMARY KEY REFERENCES run_ids(id),
         campaign TEXT NOT NULL,
         variant TEXT NOT NULL,
@@ -333,6 +334,14 @@ def dumps(value: Any, where: str) -> str:
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise input_error(where, f"a value JSON cannot hold ({exc})", "pass plain JSON") from None
+
+
+def insert(conn: sqlite3.Connection, table: str, **values: Any) -> int:
+    """INSERT one row by column name (names come from this package, never from input)."""
+    cols = ", ".join(values)
+    marks = ", ".join("?" * len(values))
+    sql = f"INSERT INTO {table} ({cols}) VALUES ({marks})"
+    return int(conn.execute(sql, tuple(values.values())).lastrowid or 0)
 
 
 def loss_from_db(value: float | None) -> float:

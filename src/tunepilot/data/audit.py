@@ -33,6 +33,7 @@ SHOWN = 5  # example ids named in a finding
 NEAR_FAIL_SHARE = 0.05  # near copies in more than this share of an evaluation split: FAIL
 MIN_CLASS_EXAMPLES = 5  # fewer training examples than this: the class is barely learnable
 _NOUN = {"train": "training", "validation": "validation", "test": "test"}
+PASS, WARN, FAIL = Verdict.PASS, Verdict.WARN, Verdict.FAIL
 
 
 def run_audit(
@@ -46,14 +47,13 @@ def run_audit(
     splits, audit = prepared.splits, data.audit
     index = build_index(splits)  # one normalisation pass shared by both duplicate searches
     groups = exact_duplicates(splits, index=index)
-    pairs = find_near_duplicates(
-        splits, audit.near_duplicate_threshold, audit.shingle_size, index=index
-    )
+    threshold = audit.near_duplicate_threshold
+    pairs = find_near_duplicates(splits, threshold, audit.shingle_size, index=index)
     findings = [
         check_cleaning(prepared.cleaning),
         check_exact_within(splits, groups),
         check_exact_across(splits, groups),
-        check_near_duplicates(splits, pairs, audit.near_duplicate_threshold),
+        check_near_duplicates(splits, pairs, threshold),
         check_group_leakage(splits, data.fields.group),
     ]
     if data.fields.time:
@@ -85,7 +85,7 @@ def _order(splits: Splits) -> list[str]:
 
 
 def _later(splits: Splits) -> list[tuple[str, list[str]]]:
-    """(evaluation split, the splits before it) pairs, e.g. ("test", ["train", "validation"])."""
+    """(evaluation split, the splits before it), e.g. ("test", ["train", "validation"])."""
     order = _order(splits)
     return [(split, order[:i]) for i, split in enumerate(order) if i > 0]
 
@@ -101,270 +101,218 @@ def _nouns(splits: list[str]) -> str:
 def check_cleaning(counts: list[RuleCount]) -> Finding:
     """D1: every declared rule with what it changed or dropped (informative, always PASS)."""
     if not counts:
-        return Finding("cleaning", Verdict.PASS, "no cleaning rules declared", "D1")
+        return Finding("cleaning", PASS, "no cleaning rules declared", "D1")
     parts = [
         f"{c.rule} changed {c.changed}" + (f", dropped {c.dropped}" if c.dropped else "")
         for c in counts
     ]
-    return Finding(
-        "cleaning",
-        Verdict.PASS,
-        "cleaning applied in order: " + "; ".join(parts),
-        "D1",
-        examples=[i for c in counts for i in c.example_ids][:SHOWN],
-        details={"rules": [asdict(c) for c in counts]},
-    )
+    ids = [i for c in counts for i in c.example_ids][:SHOWN]
+    sentence = "cleaning applied in order: " + "; ".join(parts)
+    details = {"rules": [asdict(c) for c in counts]}
+    return Finding("cleaning", PASS, sentence, "D1", examples=ids, details=details)
 
 
 def check_exact_within(splits: Splits, groups: list[DuplicateGroup]) -> Finding:
     """D2: a text repeated inside a split weighs more in training and counts twice in scores."""
+    check = "exact duplicates within splits"
     extra = {s: sum(len(g.members[s]) - 1 for g in groups if g.within(s)) for s in _order(splits)}
     extra = {s: n for s, n in extra.items() if n}
     if not extra:
-        return Finding(
-            "exact duplicates within splits",
-            Verdict.PASS,
-            "no split repeats a text after normalisation",
-            "D2",
-        )
+        return Finding(check, PASS, "no split repeats a text after normalisation", "D2")
     pairs = [g.members[s][:2] for s in extra for g in groups if g.within(s)][:3]
-    return Finding(
-        "exact duplicates within splits",
-        Verdict.WARN,
-        "extra copies of a text inside a split after normalisation: "
-        + ", ".join(f"{s} {n}" for s, n in extra.items())
-        + f" (e.g. {'; '.join(' = '.join(p) for p in pairs)}); "
-        "add `drop_exact_duplicates` to data.cleaning",
-        "D2",
-        examples=[i for p in pairs for i in p][:SHOWN],
-        details={"extra_rows": extra},
+    counts = ", ".join(f"{s} {n}" for s, n in extra.items())
+    shown = "; ".join(" = ".join(p) for p in pairs)
+    sentence = (
+        f"extra copies of a text inside a split after normalisation: {counts} (e.g. {shown}); "
+        "add `drop_exact_duplicates` to data.cleaning"
     )
+    ids = [i for p in pairs for i in p][:SHOWN]
+    return Finding(check, WARN, sentence, "D2", examples=ids, details={"extra_rows": extra})
 
 
 def check_exact_across(splits: Splits, groups: list[DuplicateGroup]) -> Finding:
     """D2: an evaluation example equal to a training example measures memory, not learning."""
+    check = "exact duplicates across splits"
     repeated: dict[str, list[tuple[str, str]]] = {}
-    for split, earlier in _later(splits):
+    earlier_of = dict(_later(splits))
+    for split, earlier in earlier_of.items():
         for g in groups:
             before = [i for s in earlier for i in g.members.get(s, [])]
             if before and g.members.get(split):
                 repeated.setdefault(split, []).extend((e, before[0]) for e in g.members[split])
     if not repeated:
-        return Finding(
-            "exact duplicates across splits",
-            Verdict.PASS,
-            "no evaluation example equals an earlier split's example after normalisation",
-            "D2",
-        )
-    earlier_of = dict(_later(splits))
+        sentence = "no evaluation example equals an earlier split's example after normalisation"
+        return Finding(check, PASS, sentence, "D2")
     parts = [
         f"{len(p)} {_noun(s)} examples equal a {_nouns(earlier_of[s])} example"
         for s, p in repeated.items()
     ]
     pairs = [p for ps in repeated.values() for p in ps]
-    return Finding(
-        "exact duplicates across splits",
-        Verdict.FAIL,
-        f"{' and '.join(parts)} after normalisation "
-        f"(e.g. {', '.join(f'{a} = {b}' for a, b in pairs[:3])}); "
-        "add `drop_exact_duplicates` to data.cleaning or split by group",
-        "D2",
-        examples=[a for a, _ in pairs[:SHOWN]],
-        details={
-            "counts": {s: len(p) for s, p in repeated.items()},
-            "pairs": [list(p) for p in pairs[:50]],
-        },
+    shown = ", ".join(f"{a} = {b}" for a, b in pairs[:3])
+    sentence = (
+        f"{' and '.join(parts)} after normalisation (e.g. {shown}); "
+        "add `drop_exact_duplicates` to data.cleaning or split by group"
     )
+    details = {
+        "counts": {s: len(p) for s, p in repeated.items()},
+        "pairs": [list(p) for p in pairs[:50]],
+    }
+    ids = [a for a, _ in pairs[:SHOWN]]
+    return Finding(check, FAIL, sentence, "D2", examples=ids, details=details)
 
 
 def check_near_duplicates(splits: Splits, pairs: list[NearPair], threshold: float) -> Finding:
     """D2: near copies (a word changed, a greeting added) leak like exact ones. WARN when some
     evaluation examples have one; FAIL above NEAR_FAIL_SHARE of an evaluation split."""
+    check = "near duplicates across splits"
     hit: dict[str, set[str]] = {s: set() for s, _ in _later(splits)}
     for p in pairs:
         hit.setdefault(p.split_b, set()).update(p.ids_b)
     hit = {s: ids for s, ids in hit.items() if ids}
     if not hit:
-        return Finding(
-            "near duplicates across splits",
-            Verdict.PASS,
+        sentence = (
             f"no evaluation example has a near copy (shingle Jaccard >= {threshold}) "
-            "in an earlier split",
-            "D2",
+            "in an earlier split"
         )
+        return Finding(check, PASS, sentence, "D2")
     shares = {s: len(ids) / len(splits[s]) for s, ids in hit.items()}
-    verdict = Verdict.FAIL if max(shares.values()) > NEAR_FAIL_SHARE else Verdict.WARN
+    verdict = FAIL if max(shares.values()) > NEAR_FAIL_SHARE else WARN
     counts = " and ".join(
         f"{len(ids)} {_noun(s)} examples ({shares[s]:.1%})" for s, ids in hit.items()
     )
     shown = "; ".join(f"{p.ids_b[0]} ~ {p.ids_a[0]}, J={p.jaccard:.2f}" for p in pairs[:3])
-    fix = (
-        "split by the unit they share (data.fields.group) or remove the copies"
-        if verdict is Verdict.FAIL
-        else "read them; remove the copies, or split by group if they share a source"
-    )
-    return Finding(
-        "near duplicates across splits",
-        verdict,
+    if verdict is FAIL:
+        fix = "split by the unit they share (data.fields.group) or remove the copies"
+    else:
+        fix = "read them; remove the copies, or split by group if they share a source"
+    sentence = (
         f"{counts} nearly repeat an earlier split's example (shingle Jaccard >= {threshold}; "
-        f"e.g. {shown}); {fix}",
-        "D2",
-        examples=[p.ids_b[0] for p in pairs[:SHOWN]],
-        details={
-            "pairs": len(pairs),
-            "examples_per_split": {s: len(ids) for s, ids in hit.items()},
-            "share_per_split": {s: round(v, 4) for s, v in shares.items()},
-            "sample": [
-                {
-                    "a": p.ids_a[0],
-                    "b": p.ids_b[0],
-                    "jaccard": p.jaccard,
-                    "text_a": p.text_a[:200],
-                    "text_b": p.text_b[:200],
-                }
-                for p in pairs[:20]
-            ],
-        },
+        f"e.g. {shown}); {fix}"
     )
+    sample = [
+        {
+            "a": p.ids_a[0],
+            "b": p.ids_b[0],
+            "jaccard": p.jaccard,
+            "text_a": p.text_a[:200],
+            "text_b": p.text_b[:200],
+        }
+        for p in pairs[:20]
+    ]
+    details = {
+        "pairs": len(pairs),
+        "examples_per_split": {s: len(ids) for s, ids in hit.items()},
+        "share_per_split": {s: round(v, 4) for s, v in shares.items()},
+        "sample": sample,
+    }
+    ids = [p.ids_b[0] for p in pairs[:SHOWN]]
+    return Finding(check, verdict, sentence, "D2", examples=ids, details=details)
 
 
 def check_group_leakage(splits: Splits, field: str | None) -> Finding:
     """D8: examples of one conversation, patient or document on both sides of a split let the
     model recognise the unit instead of solving the task."""
+    check = "group leakage"
     if not field:
-        return Finding(
-            "group leakage",
-            Verdict.WARN,
+        sentence = (
             "no leakage unit declared, so examples of one conversation, patient or document "
             "may sit in both training and evaluation unchecked; set data.fields.group "
-            "(and split.policy: group) if your examples come in such units",
-            "D8",
+            "(and split.policy: group) if your examples come in such units"
         )
+        return Finding(check, WARN, sentence, "D8")
     groups_of = {s: {ex.group for ex in splits[s] if ex.group is not None} for s in _order(splits)}
     leaked: dict[str, list[str]] = {}
+    parts: list[str] = []
     values: list[str] = []
     for split, earlier in _later(splits):
         before = set().union(*(groups_of[s] for s in earlier))
         ids = [ex.id for ex in splits[split] if ex.group in before]
         if ids:
             leaked[split] = ids
+            parts.append(f"{len(ids)} {_noun(split)} examples share {field} with {_nouns(earlier)}")
             values += sorted(groups_of[split] & before)
     if not leaked:
         n = len(set().union(*groups_of.values()))
-        return Finding(
-            "group leakage",
-            Verdict.PASS,
-            f"each of {n} {field} values sits in one split only",
-            "D8",
-            details={"groups": n},
-        )
-    parts = [
-        f"{len(ids)} {_noun(s)} examples share {field} with {_nouns(earlier)}"
-        for s, earlier in _later(splits)
-        if (ids := leaked.get(s))
-    ]
-    return Finding(
-        "group leakage",
-        Verdict.FAIL,
-        f"{' and '.join(parts)} (e.g. {', '.join(values[:3])}); split by {field} "
-        "(split.policy: group)",
-        "D8",
-        examples=[i for ids in leaked.values() for i in ids][:SHOWN],
-        details={
-            "examples_per_split": {s: len(ids) for s, ids in leaked.items()},
-            "groups": len(values),
-            "group_values": values[:50],
-        },
+        sentence = f"each of {n} {field} values sits in one split only"
+        return Finding(check, PASS, sentence, "D8", details={"groups": n})
+    sentence = (
+        f"{' and '.join(parts)} (e.g. {', '.join(values[:3])}); "
+        f"split by {field} (split.policy: group)"
     )
+    details = {
+        "examples_per_split": {s: len(ids) for s, ids in leaked.items()},
+        "groups": len(values),
+        "group_values": values[:50],
+    }
+    ids = [i for ids in leaked.values() for i in ids][:SHOWN]
+    return Finding(check, FAIL, sentence, "D8", examples=ids, details=details)
 
 
 def check_time_overlap(splits: Splits, field: str, policy: str) -> Finding:
     """D8: an evaluation example dated before the end of an earlier split lets the model see
     the future of what it is scored on. FAIL, except under a group split: there the declared
     unit is the group and the overlap is a WARN to weigh against how the model will be used."""
+    check = "time overlap"
     keyed = {s: [(time_key(ex.time), ex.id) for ex in splits[s]] for s in _order(splits)}
     bad = [i for rows in keyed.values() for k, i in rows if k is None]
     if bad:
-        return Finding(
-            "time overlap",
-            Verdict.WARN,
-            f"{len(bad)} examples have no readable {field} (e.g. "
-            f"{', '.join(bad[:3])}); write ISO 8601 times to check periods",
-            "D8",
-            examples=bad[:SHOWN],
+        sentence = (
+            f"{len(bad)} examples have no readable {field} (e.g. {', '.join(bad[:3])}); "
+            "write ISO 8601 times to check periods"
         )
-    if len({k[0] for rows in keyed.values() for k, _ in rows}) > 1:  # type: ignore[index]
-        return Finding(
-            "time overlap",
-            Verdict.WARN,
-            f"{field} mixes numbers, naive and timezone-aware times; write them one "
-            "way to check periods",
-            "D8",
-        )
-    shown = {ex.id: ex.time for s in keyed for ex in splits[s]}
-    span = {s: [shown[min(rows)[1]], shown[max(rows)[1]]] for s, rows in keyed.items()}
+        return Finding(check, WARN, sentence, "D8", examples=bad[:SHOWN])
+    if len({k[0] for rows in keyed.values() for k, _ in rows if k}) > 1:
+        sentence = f"{field} mixes numbers, naive and aware times; write them one way to check"
+        return Finding(check, WARN, sentence, "D8")
+    time_of = {ex.id: ex.time for s in keyed for ex in splits[s]}
+    span = {s: [time_of[min(rows)[1]], time_of[max(rows)[1]]] for s, rows in keyed.items()}  # type: ignore[type-var]
     periods = "; ".join(f"{s} {a} .. {b}" for s, (a, b) in span.items())
     overlaps: dict[str, list[str]] = {}
     for split, earlier in _later(splits):
-        end = max(max(keyed[s])[0] for s in earlier)
+        end = max(max(keyed[s])[0] for s in earlier)  # type: ignore[type-var]
         early = sorted(row for row in keyed[split] if row[0] <= end)  # type: ignore[operator]
         if early:
             overlaps[split] = [i for _, i in early]
     details: dict[str, Any] = {"periods": span}
     if not overlaps:
-        return Finding(
-            "time overlap",
-            Verdict.PASS,
-            f"each split's period starts after the previous one ends ({periods})",
-            "D8",
-            details=details,
+        sentence = f"each split's period starts after the previous one ends ({periods})"
+        return Finding(check, PASS, sentence, "D8", details=details)
+    verdict = WARN if policy == "group" else FAIL
+    if verdict is WARN:
+        fix = (
+            "the split is by group; if the model will only meet later data, use split.policy: time"
         )
-    verdict = Verdict.WARN if policy == "group" else Verdict.FAIL
-    fix = (
-        "the split is by group; if the model will only meet later data, use split.policy: time"
-        if verdict is Verdict.WARN
-        else "use split.policy: time"
-    )
+    else:
+        fix = "use split.policy: time"
     counts = " and ".join(f"{len(ids)} {_noun(s)} examples" for s, ids in overlaps.items())
+    sentence = f"{counts} are dated no later than the end of an earlier split ({periods}); {fix}"
     details["examples_per_split"] = {s: len(ids) for s, ids in overlaps.items()}
-    return Finding(
-        "time overlap",
-        verdict,
-        f"{counts} are dated no later than the end of an earlier split ({periods}); {fix}",
-        "D8",
-        examples=[i for ids in overlaps.values() for i in ids][:SHOWN],
-        details=details,
-    )
+    ids = [i for ids in overlaps.values() for i in ids][:SHOWN]
+    return Finding(check, verdict, sentence, "D8", examples=ids, details=details)
 
 
 def check_unseen_labels(splits: Splits) -> Finding:
     """D6/H2: a class in evaluation but absent from training cannot be learned, and its
     per-class guard can only fail."""
-    trained = {ex.label for ex in splits.get("train", [])}
+    check = "labels absent from training"
+    trained = {ex.label for ex in splits.get("train", []) if ex.label}
     unseen = {
-        s: Counter(ex.label for ex in splits[s] if ex.label not in trained and ex.label)
+        s: Counter(ex.label for ex in splits[s] if ex.label and ex.label not in trained)
         for s, _ in _later(splits)
     }
     unseen = {s: c for s, c in unseen.items() if c}
     if not unseen:
-        return Finding(
-            "labels absent from training",
-            Verdict.PASS,
-            f"every evaluation label occurs in training ({len(trained - {None})} classes)",
-            "D6, H2",
-        )
+        sentence = f"every evaluation label occurs in training ({len(trained)} classes)"
+        return Finding(check, PASS, sentence, "D6, H2")
     names = sorted({n for c in unseen.values() for n in c})
-    ids = [ex.id for s in unseen for ex in splits[s] if ex.label in names]
-    return Finding(
-        "labels absent from training",
-        Verdict.FAIL,
+    sentence = (
         f"{len(names)} label(s) occur in evaluation but never in training "
         f"({', '.join(names[:SHOWN])}); add training examples for them, or drop them from "
-        "data.labels and the evaluation files",
-        "D6, H2",
-        examples=ids[:SHOWN],
-        details={"unseen": {s: dict(c) for s, c in unseen.items()}},
+        "data.labels and the evaluation files"
     )
+    ids = [ex.id for s in unseen for ex in splits[s] if ex.label in names][:SHOWN]
+    details = {"unseen": {s: dict(c) for s, c in unseen.items()}}
+    return Finding(check, FAIL, sentence, "D6, H2", examples=ids, details=details)
 
 
 def check_class_balance(splits: Splits, label_names: list[str], audit: AuditSettings) -> Finding:
@@ -376,7 +324,7 @@ def check_class_balance(splits: Splits, label_names: list[str], audit: AuditSett
     details: dict[str, Any] = {"counts": {s: dict(sorted(c.items())) for s, c in counts.items()}}
     if not names:
         return Finding(
-            "class balance", Verdict.WARN, "no labelled training examples", "H2", details=details
+            "class balance", WARN, "no labelled training examples", "H2", details=details
         )
     big, small = max(names, key=train.__getitem__), min(names, key=train.__getitem__)
     ratio = details["ratio"] = round(train[big] / train[small], 2)
@@ -384,24 +332,19 @@ def check_class_balance(splits: Splits, label_names: list[str], audit: AuditSett
         f"training has {len(names)} classes from {train[small]} ({small}) to {train[big]} "
         f"({big}) examples, ratio {ratio:.1f}"
     )
-    why = [f"above data.audit.imbalance_warn_ratio {audit.imbalance_warn_ratio:g}"] * (
-        ratio > audit.imbalance_warn_ratio
-    )
+    why = []
+    if ratio > audit.imbalance_warn_ratio:
+        why.append(f"above data.audit.imbalance_warn_ratio {audit.imbalance_warn_ratio:g}")
     few = [n for n in names if train[n] < MIN_CLASS_EXAMPLES]
     if few:
         why.append(
             f"{len(few)} class(es) under {MIN_CLASS_EXAMPLES} examples ({', '.join(few[:SHOWN])})"
         )
     if not why:
-        return Finding("class balance", Verdict.PASS, seen, "H2", details=details)
-    return Finding(
-        "class balance",
-        Verdict.WARN,
-        f"{seen}, {' and '.join(why)}; watch the small classes' guards, add "
-        "examples or merge classes",
-        "H2",
-        details=details,
-    )
+        return Finding("class balance", PASS, seen, "H2", details=details)
+    fix = "watch the small classes' guards, add examples or merge classes"
+    sentence = f"{seen}, {' and '.join(why)}; {fix}"
+    return Finding("class balance", WARN, sentence, "H2", details=details)
 
 
 def check_label_mapping(model_label_map: dict[Any, str], label_names: list[str]) -> Finding:
@@ -411,56 +354,41 @@ def check_label_mapping(model_label_map: dict[Any, str], label_names: list[str])
     Generic names (LABEL_0 ...) mean a new or unnamed head; same names in another order FAIL
     at the first id that differs; wholly other names are a head for another task (replaced).
     """
+    check = "label mapping"
     theirs = {int(k): str(v) for k, v in model_label_map.items()}
     ours = dict(enumerate(label_names))
     details = {"model": theirs, "data": ours}
     if all(v == f"LABEL_{k}" for k, v in theirs.items()):
         unnamed = len(theirs) == len(ours) and len(ours) != 2  # 2 = transformers' default
-        note = (
-            f"; it already has {len(ours)} unnamed outputs: if it was trained, check that "
-            "its ids follow data.labels"
-            if unnamed
-            else ""
+        sentence = (
+            "the model's head has generic names (LABEL_0 ...): the head is new and its "
+            f"{len(ours)} ids follow data.labels"
         )
-        return Finding(
-            "label mapping",
-            Verdict.WARN if unnamed else Verdict.PASS,
-            f"the model's head has generic names (LABEL_0 ...): the head is new and "
-            f"its {len(ours)} ids follow data.labels{note}",
-            "D6",
-            details=details,
-        )
+        if unnamed:
+            sentence += (
+                f"; it already has {len(ours)} unnamed outputs: if it was trained, check that "
+                "its ids follow data.labels"
+            )
+        return Finding(check, WARN if unnamed else PASS, sentence, "D6", details=details)
     if not set(theirs.values()) & set(ours.values()):
-        return Finding(
-            "label mapping",
-            Verdict.WARN,
+        sentence = (
             f"the model's head names other classes ({', '.join(list(theirs.values())[:3])}); "
-            "it will be replaced by a new head for your labels",
-            "D6",
-            details=details,
+            "it will be replaced by a new head for your labels"
         )
+        return Finding(check, WARN, sentence, "D6", details=details)
     differ = [i for i in sorted(set(theirs) | set(ours)) if theirs.get(i) != ours.get(i)]
     if not differ:
-        return Finding(
-            "label mapping",
-            Verdict.PASS,
-            f"the model head and the data agree on all {len(ours)} class ids",
-            "D6",
-            details=details,
-        )
+        sentence = f"the model head and the data agree on all {len(ours)} class ids"
+        return Finding(check, PASS, sentence, "D6", details=details)
     i = differ[0]
     model_says = f"`{theirs[i]}`" if i in theirs else "absent"
     data_says = f"`{ours[i]}`" if i in ours else "absent"
-    return Finding(
-        "label mapping",
-        Verdict.FAIL,
-        f"id {i} is {model_says} in the model but {data_says} in your data "
-        f"({len(differ)} id(s) differ); set data.labels to the model's order, or "
-        "start a new head",
-        "D6",
-        examples=[str(j) for j in differ[:SHOWN]],
-        details=details,
+    sentence = (
+        f"id {i} is {model_says} in the model but {data_says} in your data ({len(differ)} id(s) "
+        "differ); set data.labels to the model's order, or start a new head"
     )
+    ids = [str(j) for j in differ[:SHOWN]]
+    return Finding(check, FAIL, sentence, "D6", examples=ids, details=details)
 
 
 def _length_stats(lengths: list[int]) -> dict[str, int]:
@@ -475,6 +403,7 @@ def check_lengths(
     """D3/S6: token lengths per split through the program's own encoder. Extraction/format:
     an answer cut by max_length is another experiment (FAIL). Classification: WARN when the
     truncated share exceeds data.audit.truncation_warn_share."""
+    check = "length and truncation"
     stats: dict[str, dict[str, int]] = {}
     cut: list[tuple[str, int]] = []
     answer_cut: list[tuple[str, int]] = []
@@ -497,55 +426,32 @@ def check_lengths(
     seen = "; ".join(
         f"{s} median {v['median']}, p95 {v['p95']}, max {v['max']}" for s, v in stats.items()
     )
-    total = sum(len(splits[s]) for s in _order(splits)) - len(failed)
-    share = len(cut) / max(1, total)
-    details: dict[str, Any] = {
-        "max_length": max_length,
-        "per_split": stats,
-        "truncated": len(cut),
-        "truncated_share": round(share, 4),
-        "target_truncated": len(answer_cut),
-    }
+    share = len(cut) / max(1, sum(len(splits[s]) for s in _order(splits)) - len(failed))
+    details: dict[str, Any] = {"max_length": max_length, "per_split": stats, "truncated": len(cut)}
+    details.update(truncated_share=round(share, 4), target_truncated=len(answer_cut))
     if failed:
-        return Finding(
-            "length and truncation",
-            Verdict.FAIL,
-            f"{len(failed)} examples cannot be encoded (e.g. {failed[0][1]}); fix "
-            "them before sizing",
-            "D3",
-            examples=[i for i, _ in failed[:SHOWN]],
-            details={**details, "unencodable": failed[:50]},
-        )
+        sentence = f"{len(failed)} examples cannot be encoded (e.g. {failed[0][1]}); fix them first"
+        ids = [i for i, _ in failed[:SHOWN]]
+        details["unencodable"] = failed[:50]
+        return Finding(check, FAIL, sentence, "D3", examples=ids, details=details)
     if answer_cut and task != "classification":
-        needed = max(n for _, n in answer_cut)
-        return Finding(
-            "length and truncation",
-            Verdict.FAIL,
+        needed = details["needed_max_length"] = max(n for _, n in answer_cut)
+        sentence = (
             f"{len(answer_cut)} examples lose answer tokens at max_length {max_length} (e.g. "
             f"{', '.join(i for i, _ in answer_cut[:3])}); the longest needs {needed}: raise "
             f"data.max_length to {needed} or shorten the prompt; a fit bought by cutting the "
-            "answer is not the same experiment",
-            "D3, S6",
-            examples=[i for i, _ in answer_cut[:SHOWN]],
-            details={**details, "needed_max_length": needed},
+            "answer is not the same experiment"
         )
+        ids = [i for i, _ in answer_cut[:SHOWN]]
+        return Finding(check, FAIL, sentence, "D3, S6", examples=ids, details=details)
+    ids = [i for i, _ in cut[:SHOWN]]
     if share > audit.truncation_warn_share:
-        needed = max(n for _, n in cut)
-        return Finding(
-            "length and truncation",
-            Verdict.WARN,
+        needed = details["needed_max_length"] = max(n for _, n in cut)
+        sentence = (
             f"{len(cut)} examples ({share:.1%}) are cut at max_length {max_length} (tokens: "
             f"{seen}); the longest needs {needed}: raise data.max_length if the end of the "
-            "text can decide the answer",
-            "D3, S6",
-            examples=[i for i, _ in cut[:SHOWN]],
-            details={**details, "needed_max_length": needed},
+            "text can decide the answer"
         )
-    return Finding(
-        "length and truncation",
-        Verdict.PASS,
-        f"tokens per example: {seen}; {len(cut)} cut at max_length {max_length}",
-        "D3, S6",
-        examples=[i for i, _ in cut[:SHOWN]],
-        details=details,
-    )
+        return Finding(check, WARN, sentence, "D3, S6", examples=ids, details=details)
+    sentence = f"tokens per example: {seen}; {len(cut)} cut at max_length {max_length}"
+    return Finding(check, PASS, sentence, "D3, S6", examples=ids, details=details)

@@ -37,13 +37,49 @@ QUEUES = {  # queue -> share of conversations
     "security": 0.05,
 }
 PRODUCTS = [
-    "wireless headphones", "coffee grinder", "standing desk", "smart watch", "air fryer",
-    "robot vacuum", "hiking backpack", "electric kettle", "gaming mouse", "yoga mat",
-    "desk lamp", "bluetooth speaker", "rain jacket", "office chair", "blender",
-    "phone case", "running shoes", "baby monitor", "tablet stand", "water filter",
+    "wireless headphones",
+    "coffee grinder",
+    "standing desk",
+    "smart watch",
+    "air fryer",
+    "robot vacuum",
+    "hiking backpack",
+    "electric kettle",
+    "gaming mouse",
+    "yoga mat",
+    "desk lamp",
+    "bluetooth speaker",
+    "rain jacket",
+    "office chair",
+    "blender",
+    "phone case",
+    "running shoes",
+    "baby monitor",
+    "tablet stand",
+    "water filter",
 ]
-NAMES = ["anna", "ben", "carla", "dev", "emma", "farid", "grace", "hugo", "ines", "jon",
-         "kira", "liam", "maya", "nils", "olga", "pablo", "rosa", "sami", "tara", "yusuf"]
+NAMES = [
+    "anna",
+    "ben",
+    "carla",
+    "dev",
+    "emma",
+    "farid",
+    "grace",
+    "hugo",
+    "ines",
+    "jon",
+    "kira",
+    "liam",
+    "maya",
+    "nils",
+    "olga",
+    "pablo",
+    "rosa",
+    "sami",
+    "tara",
+    "yusuf",
+]
 
 # First messages. Slots: {order_id} {product} {amount} {date} {email} {code}; each template
 # holds at least two values that vary per conversation, far enough apart to break shingles.
@@ -96,8 +132,7 @@ OPENERS = {
         "please change the email address on my profile, I no longer use {email} since {date}",
         "I want to delete my account {email} and all my personal data, my last order was "
         "{order_id}",
-        "my username was changed and now I cannot sign in with {email} to see order "
-        "{order_id}",
+        "my username was changed and now I cannot sign in with {email} to see order {order_id}",
         "how do I update the phone number on my account profile {email}? the settings page "
         "shows code {code}",
     ],
@@ -121,8 +156,7 @@ FOLLOW_UPS = {
         "there, please refund it",
     ],
     "delivery": [
-        "update: the tracking for {order_id} still says in transit since {date}, no delivery "
-        "yet",
+        "update: the tracking for {order_id} still says in transit since {date}, no delivery yet",
         "I paid {amount} for next day delivery of order {order_id} and the parcel is still "
         "not here",
     ],
@@ -203,9 +237,7 @@ def _conversation(rng: random.Random, conv: int, queue: str) -> list[dict[str, A
         if kind == "resend" and prefixes:
             # The same request again: a prefix, and sometimes another sign-off (near duplicate).
             other_sign_off = rng.choice(SIGN_OFFS) if rng.random() < 0.3 else sign_off
-            messages.append(
-                _message(first_body, values, prefixes.pop() + greeting, other_sign_off)
-            )
+            messages.append(_message(first_body, values, prefixes.pop() + greeting, other_sign_off))
         elif kind == "follow_up" and follow_ups:
             messages.append(_message(follow_ups.pop(), values, "", rng.choice(SIGN_OFFS)))
         else:

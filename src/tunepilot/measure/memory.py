@@ -205,7 +205,6 @@ class CudaCounters:
             readings.append(
                 CounterReading(device, "reserved", base_res, peak_res, peak_res - base_res)
             )
-        # Two loops keep the column order allocated..., reserved... per device stable.
         return readings, []
 
 
@@ -283,23 +282,18 @@ class CpuCounters:
         self._label.__exit__(None, None, None)
         self._profiler.__exit__(None, None, None)
         prof, self._profiler, self._label = self._profiler, None, None
-        try:
-            # Allocation events carry signed sizes in time order; their running sum is the
-            # tensor bytes above the phase's start. This API is internal to torch.profiler.
-            events = prof.profiler.kineto_results.events()
-            sizes = sorted(
-                (e.start_ns(), int(e.nbytes()))
-                for e in events
-                if e.name() == "[memory]" and str(e.device_type()).endswith("CPU")
-            )
-        except AttributeError as exc:
-            flags.append(f"tensor peak unavailable from this torch profiler ({exc})")
-            net = sum(
-                int(e.cpu_memory_usage)
-                for e in prof.key_averages()
-                if e.key.startswith("tunepilot:")
-            )
-            return CounterReading("cpu", "tensors", 0, None, None, f"net kept {net} bytes")
+        # Allocation events carry signed sizes in time order; their running sum is the tensor
+        # bytes above the phase's start. `kineto_results` is internal to torch.profiler: if a
+        # torch version drops it, the column says so instead of failing the phase.
+        kineto = getattr(prof.profiler, "kineto_results", None)
+        if kineto is None:
+            flags.append("tensor bytes unavailable: this torch profiler has no kineto_results")
+            return CounterReading("cpu", "tensors", None, None, None, "unavailable")
+        sizes = sorted(
+            (e.start_ns(), int(e.nbytes()))
+            for e in kineto.events()
+            if e.name() == "[memory]" and str(e.device_type()).endswith("CPU")
+        )
         running, peak = 0, 0
         for _, nbytes in sizes:
             running += nbytes
@@ -322,9 +316,8 @@ class CpuCounters:
 def _parse_device(device: Any) -> tuple[str, int | None]:
     """`"cuda:1"`, `torch.device("cuda", 1)`, `"cpu"` -> ("cuda", 1) / ("cpu", None)."""
     if device is None:
-        torch = sys.modules.get("torch")
-        if torch is None:
-            import torch
+        import torch
+
         return ("cuda", None) if torch.cuda.is_available() else ("cpu", None)
     kind = getattr(device, "type", None)
     if kind is not None:

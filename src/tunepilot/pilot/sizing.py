@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -297,57 +297,21 @@ def _alternatives(base: Shape, gpu_counts: Sequence[int]) -> list[Shape]:
     mb = base.microbatch // 2
     while mb >= 1:
         if effective % mb == 0:
-            rows.append(
-                Shape(
-                    f"microbatch {mb} x accumulation {effective // mb}",
-                    mb,
-                    effective // mb,
-                    base.precision,
-                    base.checkpointing,
-                    base.strategy,
-                    base.world_size,
-                )
-            )
+            label = f"microbatch {mb} x accumulation {effective // mb}"
+            rows.append(replace(base, label=label, microbatch=mb, accumulation=effective // mb))
         mb //= 2
     if not base.checkpointing:
-        rows.append(
-            Shape(
-                "activation checkpointing",
-                base.microbatch,
-                base.accumulation,
-                base.precision,
-                True,
-                base.strategy,
-                base.world_size,
-            )
-        )
+        rows.append(replace(base, label="activation checkpointing", checkpointing=True))
     if base.precision == "fp32":
-        rows.append(
-            Shape(
-                "bf16 autocast",
-                base.microbatch,
-                base.accumulation,
-                "bf16",
-                base.checkpointing,
-                base.strategy,
-                base.world_size,
-            )
-        )
+        rows.append(replace(base, label="bf16 autocast", precision="bf16"))
     if base.strategy == "none" and base.world_size == 1:
         for n in gpu_counts:
+            # Keep the effective batch when the accumulation divides; otherwise it grows (S7).
             acc = base.accumulation // n if base.accumulation % n == 0 else base.accumulation
             for strategy in ("ddp", "fsdp"):
-                rows.append(
-                    Shape(
-                        f"{strategy.upper()} x {n} GPUs",
-                        base.microbatch,
-                        acc,
-                        base.precision,
-                        base.checkpointing,
-                        strategy,
-                        n,
-                    )
-                )
+                label = f"{strategy.upper()} x {n} GPUs"
+                rows.append(replace(base, label=label, accumulation=acc, strategy=strategy,
+                                    world_size=n))  # fmt: skip
     return rows
 
 
@@ -387,17 +351,15 @@ def _fit(card: GpuCard, shape: Shape, peak: float, min_headroom: float) -> dict[
     headroom = 1.0 - peak / card.memory_bytes
     if shape.precision == "bf16" and not card.bf16:
         verdict, why = Verdict.FAIL, f"{card.name} has no bf16"
-    elif shape.world_size > card.gpus:
-        verdict, why = Verdict.FAIL, f"needs {shape.world_size} GPUs, the machine has {card.gpus}"
     elif headroom >= min_headroom:
         verdict, why = Verdict.PASS, f"fits with {headroom:.0%} headroom"
     elif headroom >= 0:
         verdict, why = Verdict.WARN, f"fits with only {headroom:.0%} headroom"
     else:
-        verdict, why = (
-            Verdict.FAIL,
-            f"needs {human_bytes(peak)}, {human_bytes(-headroom * card.memory_bytes)} more than the card has",
-        )
+        short = human_bytes(-headroom * card.memory_bytes)
+        verdict, why = Verdict.FAIL, f"needs {human_bytes(peak)}, {short} more than it has"
+    if shape.world_size > 1:
+        why += f" (per GPU, on a machine with {shape.world_size} of them)"
     return {"verdict": str(verdict), "headroom": round(headroom, 4), "sentence": why}
 
 
@@ -444,15 +406,8 @@ def selection_sheet(
     """
     static = static_bytes(n_params_total, n_trainable, precision, optimizer)
     measured = Measured(measured_precision, activation_checkpointing, overhead_bytes)
-    base = Shape(
-        "configured",
-        microbatch,
-        accumulation,
-        precision,
-        activation_checkpointing,
-        strategy,
-        world_size,
-    )
+    base = Shape("configured", microbatch, accumulation, precision, activation_checkpointing,
+                 strategy, world_size)  # fmt: skip
     if gpu is not None and not any(c.name.lower() == gpu.lower() for c in cards):
         raise input_error(
             "rental.gpu",
