@@ -99,9 +99,7 @@ def test_b3_world_2_x_accumulation_4_sees_the_same_updates_as_world_1_x_8(bucket
 
 def test_b3_a_rank_without_a_share_of_a_partial_update_gets_a_ghost() -> None:
     # 17 examples, 16 per update: the second update is one example on rank 0 only.
-    ranks = [
-        _sampler(lengths=[5] * 17, accumulation=4, world_size=2, rank=r) for r in (0, 1)
-    ]
+    ranks = [_sampler(lengths=[5] * 17, accumulation=4, world_size=2, rank=r) for r in (0, 1)]
     for s in ranks:
         s.next_update()
     zero, one = (s.next_update() for s in ranks)
@@ -122,11 +120,9 @@ def _enc(ids: list[int], labels: list[int]) -> Encoded:
 
 
 def test_s2_collate_pads_dynamically_and_masks_padding_from_the_loss() -> None:
-    batch = collate(
-        [_enc([5, 6, 7], [IGNORE_INDEX, 6, 7]), _enc([8, 9, 10, 11, 12], [IGNORE_INDEX] * 2 + [10, 11, 12])],
-        "causal_lm",
-        pad_id=0,
-    )
+    short = _enc([5, 6, 7], [IGNORE_INDEX, 6, 7])
+    long = _enc([8, 9, 10, 11, 12], [IGNORE_INDEX] * 2 + [10, 11, 12])
+    batch = collate([short, long], "causal_lm", pad_id=0)
     assert batch["input_ids"].tolist() == [[5, 6, 7, 0, 0], [8, 9, 10, 11, 12]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
     assert batch["labels"][0].tolist() == [IGNORE_INDEX, 6, 7, IGNORE_INDEX, IGNORE_INDEX]

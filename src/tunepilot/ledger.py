@@ -26,12 +26,12 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tunepilot.errors import input_error
 from tunepilot.ledger_evidence import EvidenceRecords
+from tunepilot.ledger_liveness import RunLiveness
 from tunepilot.ledger_schema import (
     BASELINE,
     DEFAULT_REASON,
@@ -49,10 +49,8 @@ from tunepilot.ledger_schema import (
     RunRow,
     StatusChange,
     TestLook,
-    dead_reason,
     dumps,
     insert,
-    process_start,
     utc_now,
 )
 
@@ -79,7 +77,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # ids name folders
 T = TypeVar("T")
 
 
-class Ledger(EvidenceRecords):
+class Ledger(RunLiveness, EvidenceRecords):
     """An open ledger: `with Ledger.open(campaign_folder) as ledger: ...`.
 
     One connection per process; a Ledger must not cross a fork (open it again in the child).
@@ -284,11 +282,13 @@ class Ledger(EvidenceRecords):
                 )
             if retry_of is not None:
                 self._require_run(conn, retry_of)
+            # fmt: off
             values = dict(id=rid, campaign=campaign, variant=variant, seed=seed,
                           control_run=control_run, retry_of=retry_of, config_hash=config_hash,
                           data_version=data_version, eval_config_hash=eval_config_hash,
                           diff=diff_json, budget=budget_json, run_dir=_opt_str(run_dir),
-                          metrics_file=_opt_str(metrics_file))  # fmt: skip
+                          metrics_file=_opt_str(metrics_file))
+            # fmt: on
             insert(conn, "runs", created_at=utc_now(), pid=os.getpid(), host=self._host, **values)
             self._insert_status(conn, rid, status, reason, None)
             return rid
@@ -392,62 +392,6 @@ class Ledger(EvidenceRecords):
             StatusChange(r["run_id"], r["status"], r["reason"], r["at"], r["pid"], r["host"])
             for r in rows
         ]
-
-    # -- liveness (V3) -----------------------------------------------------------------------
-    def _beat(self, conn: sqlite3.Connection, run_id: str, pid: int, at: str, fresh: bool) -> None:
-        if pid <= 0:
-            raise input_error("pid", str(pid), "give the run's process id")
-        sql = "UPDATE heartbeats SET at = ? WHERE run_id = ? AND pid = ? AND host = ?"
-        if not fresh and conn.execute(sql, (at, run_id, pid, self._host)).rowcount:
-            return
-        conn.execute(
-            """INSERT INTO heartbeats VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET
-               pid = excluded.pid, host = excluded.host, proc_start = excluded.proc_start,
-               started_at = excluded.started_at, at = excluded.at""",
-            (run_id, pid, self._host, process_start(pid), at, at),
-        )
-
-    def heartbeat(self, run_id: str, *, pid: int | None = None) -> None:
-        """Say the run's process is alive: every update, and during long evaluations."""
-
-        def write(conn: sqlite3.Connection) -> None:
-            self._require_run(conn, run_id)
-            self._beat(conn, run_id, os.getpid() if pid is None else pid, utc_now(), fresh=False)
-
-        self._write(write)
-
-    def _dead(self, conn: sqlite3.Connection, timeout_s: float | None) -> list[DeadRun]:
-        timeout = self.heartbeat_timeout_s if timeout_s is None else timeout_s
-        rows = conn.execute(
-            """SELECT r.id, coalesce(h.pid, s.pid) AS pid, coalesce(h.host, s.host) AS host,
-                      coalesce(h.at, s.at) AS at, h.proc_start
-               FROM runs r JOIN run_status s
-                 ON s.id = (SELECT max(id) FROM run_status WHERE run_id = r.id)
-               LEFT JOIN heartbeats h ON h.run_id = r.id
-               WHERE s.status = 'running' ORDER BY r.rowid"""
-        ).fetchall()
-        now, dead = datetime.now(UTC), []
-        for r in rows:
-            why = dead_reason(dict(r), self._host, now, timeout)
-            if why is not None:
-                dead.append(DeadRun(r["id"], r["pid"], r["host"], r["at"], why))
-        return dead
-
-    def find_dead_runs(self, timeout_s: float | None = None) -> list[DeadRun]:
-        """Runs recorded as running whose process is gone (this host) or silent (other host)."""
-        return self._retrying(lambda: self._dead(self._conn, timeout_s))
-
-    def mark_dead_runs_interrupted(self, timeout_s: float | None = None) -> list[DeadRun]:
-        """Record `interrupted`, with the pid and last heartbeat as the reason, for each dead
-        run. Found and written in one transaction, so a run finishing meanwhile is left alone."""
-
-        def write(conn: sqlite3.Connection) -> list[DeadRun]:
-            dead = self._dead(conn, timeout_s)
-            for d in dead:
-                self._insert_status(conn, d.run_id, "interrupted", d.reason, d.pid)
-            return dead
-
-        return self._write(write)
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

@@ -26,6 +26,7 @@ from tunepilot.ledger_schema import (
     Prediction,
     TestLook,
     dumps,
+    insert,
     loss_from_db,
     utc_now,
 )
@@ -105,12 +106,18 @@ class EvidenceRecords:
 
         def write(conn: sqlite3.Connection) -> int:
             self._require_run(conn, run_id, baseline_ok=True)
-            n = conn.execute("SELECT coalesce(max(look_number), 0) + 1 FROM test_looks").fetchone()[
-                0
-            ]
-            conn.execute(
-                "INSERT INTO test_looks VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (n, run_id, config_json, config_hash, utc_now(), os.getpid(), self._host),
+            sql = "SELECT coalesce(max(look_number), 0) + 1 FROM test_looks"
+            n = conn.execute(sql).fetchone()[0]
+            insert(
+                conn,
+                "test_looks",
+                look_number=n,
+                run_id=run_id,
+                config=config_json,
+                config_hash=config_hash,
+                at=utc_now(),
+                pid=os.getpid(),
+                host=self._host,
             )
             return int(n)
 
@@ -150,7 +157,14 @@ class EvidenceRecords:
         for key, value in (("eval_config_hash", eval_config_hash), ("data_version", data_version)):
             if not value:
                 raise input_error(key, "empty", "record how and on what it was evaluated (V2)")
-        preds = [p if isinstance(p, Prediction) else Prediction(**p) for p in predictions]
+        preds = [_prediction(p, i) for i, p in enumerate(predictions)]
+        seen: set[str] = set()
+        for p in preds:
+            if str(p.example_id) in seen:
+                raise input_error(
+                    "predictions", f"example id {p.example_id!r} twice", "give one row per example"
+                )
+            seen.add(str(p.example_id))
         metrics_json = dumps(dict(metrics), "metrics")
         pred_rows = [
             (
@@ -169,32 +183,20 @@ class EvidenceRecords:
                 sql = "SELECT 1 FROM test_looks WHERE look_number = ? AND run_id = ?"
                 if not conn.execute(sql, (test_look, run_id)).fetchone():
                     raise input_error("test_look", str(test_look), f"record a look for {run_id}")
-            cur = conn.execute(
-                """INSERT INTO evaluations (run_id, split, at_update, metrics, eval_config_hash,
-                   data_version, test_look, at) VALUES (?,?,?,?,?,?,?,?)""",
-                (
-                    run_id,
-                    split,
-                    update,
-                    metrics_json,
-                    eval_config_hash,
-                    data_version,
-                    test_look,
-                    utc_now(),
-                ),
+            eid = insert(
+                conn,
+                "evaluations",
+                run_id=run_id,
+                split=split,
+                at_update=update,
+                metrics=metrics_json,
+                eval_config_hash=eval_config_hash,
+                data_version=data_version,
+                test_look=test_look,
+                at=utc_now(),
             )
-            eid = int(cur.lastrowid or 0)
-            try:
-                conn.executemany(
-                    "INSERT INTO predictions VALUES (?,?,?,?,?,?)",
-                    [(eid, *row) for row in pred_rows],
-                )
-            except sqlite3.IntegrityError:
-                ids = [r[0] for r in pred_rows]
-                dup = next(i for i in ids if ids.count(i) > 1)
-                raise input_error(
-                    "predictions", f"example id {dup!r} twice", "one row per example"
-                ) from None
+            sql = "INSERT INTO predictions VALUES (?, ?, ?, ?, ?, ?)"
+            conn.executemany(sql, [(eid, *row) for row in pred_rows])
             return eid
 
         return self._write(write)
@@ -300,3 +302,14 @@ class EvidenceRecords:
             )
             for r in rows
         ]
+
+
+def _prediction(p: Prediction | Mapping[str, Any], i: int) -> Prediction:
+    if isinstance(p, Prediction):
+        return p
+    try:
+        return Prediction(**p)
+    except TypeError:
+        raise input_error(
+            f"predictions[{i}]", f"keys {sorted(p)}", "give example_id, gold, pred, score, row"
+        ) from None

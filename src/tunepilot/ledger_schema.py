@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sqlite3
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -347,62 +346,3 @@ def insert(conn: sqlite3.Connection, table: str, **values: Any) -> int:
 def loss_from_db(value: float | None) -> float:
     """SQLite stores NaN as NULL; a NULL loss was a NaN loss."""
     return math.nan if value is None else float(value)
-
-
-# -- when a `running` row means a dead process (V3) ---------------------------------------------
-
-
-def process_start(pid: int) -> float | None:
-    """The process's start time, stored with its heartbeat so a reused pid is not mistaken for
-    the run's process. None when psutil (a declared dependency) cannot tell."""
-    try:
-        import psutil
-
-        return float(psutil.Process(pid).create_time())
-    except Exception:  # noqa: BLE001  no psutil, no such process, access denied: unknown
-        return None
-
-
-def dead_reason(hb: dict[str, Any], here: str, now: datetime, timeout_s: float) -> str | None:
-    """Why a run recorded as running has no live process, or None while it may be alive.
-
-    On this host the pid is checked and is the whole truth: a live process is never declared
-    dead, however quiet, because it may still write its result. On another host the pid means
-    nothing here, so a heartbeat older than `timeout_s` is the evidence.
-    """
-    pid, host, last = int(hb["pid"]), str(hb["host"]), str(hb["at"])
-    if host != here:
-        age = (now - datetime.fromisoformat(last)).total_seconds()
-        if age <= timeout_s:
-            return None
-        return (
-            f"no heartbeat from process {pid} on {host} for {age:.0f} s (limit {timeout_s:.0f} s);"
-            f" last heartbeat at {last}"
-        )
-    gone = _gone(pid, hb.get("proc_start"))
-    return None if gone is None else f"process {pid} {gone}; last heartbeat at {last}"
-
-
-def _gone(pid: int, proc_start: float | None) -> str | None:
-    try:
-        os.kill(pid, 0)  # signal 0: existence check only
-    except ProcessLookupError:
-        return "is gone"
-    except PermissionError:
-        pass  # exists, owned by another user: look closer below
-    try:
-        import psutil
-    except ImportError:
-        return None
-    try:
-        proc = psutil.Process(pid)
-        status, started = proc.status(), proc.create_time()
-    except psutil.NoSuchProcess:
-        return "is gone"
-    except psutil.AccessDenied:
-        return None
-    if status == psutil.STATUS_ZOMBIE:
-        return "has exited (a zombie its parent has not reaped)"
-    if proc_start is not None and abs(started - proc_start) > 1.0:
-        return "is gone (its pid now belongs to a later process)"
-    return None

@@ -1,11 +1,12 @@
 """Generated support tickets: a queue label to learn, fields to extract, and real leaks.
 
-Each conversation belongs to one of six queues (imbalanced 35/25/15/12/8/5 %) and holds 1-4
-customer messages spread over about six months (`created_at`). The queue is written in the
-words of each message ("charged twice", "tracking", "return label" ...), so a small model can
-beat the majority baseline. Every message carries an extraction target `fields` with
-`order_id`, `product`, `amount` (a number) and `date`; a field the message does not mention is
-null.
+Each conversation belongs to one of six queues (imbalanced 35/25/15/12/8/5 % of conversations,
+exactly) and holds 1-4 customer messages spread over about six months (`created_at`). The
+queue is written in the words of most messages ("charged twice", "tracking", "return label"
+...), so a small model can beat the majority baseline; about 12 % of conversations open with a
+queue-neutral request, so no model reaches 100 %. Every message carries an extraction target
+`fields` with `order_id`, `product`, `amount` (a number) and `date`; a field the message does
+not mention is null.
 
 The redundancy is the kind real ticket data has, and the kind the audit must catch (D2, D8):
 - a follow-up that re-sends the first message with a short prefix or another sign-off: a near
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,13 @@ OPENERS = {
         "code {code}",
     ],
 }
+# Queue-neutral requests: the words do not say the queue, so no model scores 100 %.
+VAGUE = [
+    "I have a problem with order {order_id} from {date}, can someone call me back about it",
+    "please look into order {order_id} for the {product}, something is not right since {date}",
+    "I need help with my {product} from order {order_id} as soon as possible",
+]
+VAGUE_SHARE = 0.12
 # New information later in a conversation, same queue vocabulary, two varying values.
 FOLLOW_UPS = {
     "billing": [
@@ -188,19 +196,29 @@ STOCK = [  # repeated verbatim across conversations: exact duplicates for the au
     "Ok, I will wait for your email.",
     "Great, it works now. Thank you for the quick help.",
 ]
-START = datetime(2024, 1, 1, tzinfo=timezone.utc)
+START = datetime(2024, 1, 1, tzinfo=UTC)
 SPAN_DAYS = 182
 
 
 def generate_tickets(seed: int = 0, n_conversations: int = 400) -> list[dict[str, Any]]:
     """All messages of `n_conversations` conversations, ordered by conversation then time."""
     rng = random.Random(seed)
-    queues, weights = list(QUEUES), list(QUEUES.values())
     rows: list[dict[str, Any]] = []
-    for conv in range(1, n_conversations + 1):
-        queue = rng.choices(queues, weights)[0]
+    for conv, queue in enumerate(_queue_plan(rng, n_conversations), start=1):
         rows.extend(_conversation(rng, conv, queue))
     return rows
+
+
+def _queue_plan(rng: random.Random, n: int) -> list[str]:
+    """Queues for n conversations in the declared shares exactly (largest remainders), in a
+    shuffled order: the imbalance is a property of the demo, not of the seed."""
+    counts = {q: int(share * n) for q, share in QUEUES.items()}
+    by_remainder = sorted(QUEUES, key=lambda q: (counts[q] - QUEUES[q] * n, -QUEUES[q]))
+    for q in by_remainder[: n - sum(counts.values())]:
+        counts[q] += 1
+    plan = [q for q, c in counts.items() for _ in range(c)]
+    rng.shuffle(plan)
+    return plan
 
 
 def write_demo_data(folder: Path, seed: int = 0, n_conversations: int = 400) -> Path:
@@ -225,7 +243,8 @@ def _conversation(rng: random.Random, conv: int, queue: str) -> list[dict[str, A
         "email": f"{name}.{rng.choice(NAMES)}{rng.randint(10, 9999)}@example.com",
         "code": f"E{rng.randint(100, 9999)}",
     }
-    first_body = rng.choice(OPENERS[queue])
+    vague = rng.random() < VAGUE_SHARE
+    first_body = rng.choice(VAGUE if vague else OPENERS[queue])
     greeting, sign_off = rng.choice(GREETINGS), rng.choice(SIGN_OFFS)
     first = _message(first_body, values, greeting, sign_off)
     messages = [first]

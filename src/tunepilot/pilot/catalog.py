@@ -20,6 +20,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tunepilot.errors import InputError, Problem, input_error
+from tunepilot.measure.memory import human_bytes
+from tunepilot.verdict import Verdict
 
 GIB = 1024**3
 
@@ -53,6 +55,27 @@ class GpuCard(BaseModel):
     @property
     def memory_bytes(self) -> int:
         return int(self.memory_gib * GIB)
+
+    def fit(
+        self, peak_bytes: float, min_headroom: float, precision: str = "fp32", gpus: int = 1
+    ) -> dict[str, Any]:
+        """Verdict of a predicted per-GPU peak on this card; headroom = share left free (L1)."""
+        headroom = 1.0 - peak_bytes / self.memory_bytes
+        if precision == "bf16" and not self.bf16:
+            verdict, why = Verdict.FAIL, f"{self.name} has no bf16"
+        elif headroom >= min_headroom:
+            verdict, why = Verdict.PASS, f"fits with {headroom:.0%} headroom"
+        elif headroom >= 0:
+            verdict, why = Verdict.WARN, f"fits with only {headroom:.0%} headroom"
+        else:
+            short = human_bytes(-headroom * self.memory_bytes)
+            verdict, why = (
+                Verdict.FAIL,
+                f"needs {human_bytes(peak_bytes)}, {short} more than it has",
+            )
+        if gpus > 1:
+            why += f" (per GPU, on a machine with {gpus} of them)"
+        return {"verdict": str(verdict), "headroom": round(headroom, 4), "sentence": why}
 
 
 class Catalog(BaseModel):

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tunepilot.errors import input_error
+from tunepilot.errors import InputError, Problem, input_error
 from tunepilot.measure.memory import MemoryProbe, human_bytes
 from tunepilot.pilot.catalog import GpuCard
 from tunepilot.train.arithmetic import plan_updates
@@ -74,17 +74,20 @@ def static_bytes(
     Storing weights in half precision (`weights_dtype="bf16"`) halves weights and gradients,
     and then the trainable set needs fp32 master copies (default on for half weights).
     """
-    for key, value in (("precision", precision), ("weights_dtype", weights_dtype or "fp32")):
-        if value not in DTYPE_BYTES:
-            raise input_error(f"training.{key}", f"`{value}`", f"use one of {list(DTYPE_BYTES)}")
-    if optimizer not in OPTIMIZER_STATE_BYTES:
-        raise input_error(
-            "optimizer", f"`{optimizer}`", f"use one of {list(OPTIMIZER_STATE_BYTES)}"
+    problems = [
+        Problem(f"training.{key}", f"`{value}`", f"use one of {list(allowed)}")
+        for key, value, allowed in (
+            ("precision", precision, DTYPE_BYTES),
+            ("weights_dtype", weights_dtype or "fp32", DTYPE_BYTES),
+            ("optimizer", optimizer, OPTIMIZER_STATE_BYTES),
         )
+        if value not in allowed
+    ]
     if not 0 <= n_trainable <= n_params_total:
-        raise input_error(
-            "model", f"{n_trainable:,} trainable of {n_params_total:,}", "check the counts"
-        )
+        problems.append(Problem("model", f"{n_trainable:,} trainable of {n_params_total:,}",
+                                "count trainable parameters within the total"))  # fmt: skip
+    if problems:
+        raise InputError(problems, title="cannot size the static bytes")
     wdtype = weights_dtype or "fp32"
     half = DTYPE_BYTES[wdtype] < 4
     keep_master = half if master_weights is None else master_weights
@@ -252,15 +255,8 @@ def updates_sheet(
     drop_last: bool = False,
 ) -> dict[str, Any]:
     """S7: examples per update, updates per epoch, examples seen; what is held and what follows."""
-    plan = plan_updates(
-        n_examples,
-        microbatch,
-        accumulation,
-        replicas,
-        updates=updates,
-        epochs=epochs,
-        drop_last=drop_last,
-    )
+    plan = plan_updates(n_examples, microbatch, accumulation, replicas, updates=updates,
+                        epochs=epochs, drop_last=drop_last)  # fmt: skip
     follows = "epochs and examples seen" if plan.held == "updates" else "updates"
     return {
         **plan.to_json(),
@@ -346,32 +342,49 @@ def _peak_per_gpu(
     return per_gpu_static, act, per_gpu_static + act + measured.overhead, why
 
 
-def _fit(card: GpuCard, shape: Shape, peak: float, min_headroom: float) -> dict[str, Any]:
-    """The verdict of one shape on one card, with its headroom (share of memory left free)."""
-    headroom = 1.0 - peak / card.memory_bytes
-    if shape.precision == "bf16" and not card.bf16:
-        verdict, why = Verdict.FAIL, f"{card.name} has no bf16"
-    elif headroom >= min_headroom:
-        verdict, why = Verdict.PASS, f"fits with {headroom:.0%} headroom"
-    elif headroom >= 0:
-        verdict, why = Verdict.WARN, f"fits with only {headroom:.0%} headroom"
-    else:
-        short = human_bytes(-headroom * card.memory_bytes)
-        verdict, why = Verdict.FAIL, f"needs {human_bytes(peak)}, {short} more than it has"
-    if shape.world_size > 1:
-        why += f" (per GPU, on a machine with {shape.world_size} of them)"
-    return {"verdict": str(verdict), "headroom": round(headroom, 4), "sentence": why}
-
-
-def _max_microbatch(
-    card: GpuCard, model: MemoryModel, fixed: float, length: int, factor: float, headroom: float
-) -> int:
-    """The largest microbatch at `length` that keeps `headroom` free on the card."""
+def _max_microbatch(model: MemoryModel, room: float, length: int, factor: float) -> int:
+    """The largest microbatch at `length` whose activations fit in `room` bytes."""
     per_example = model.activation_bytes(1, length) * factor
-    room = card.memory_bytes * (1 - headroom) - fixed
-    if room < 0:
-        return 0
-    return 10**6 if per_example <= 0 else int(room // per_example)
+    return 0 if room < 0 else (10**6 if per_example <= 0 else int(room // per_example))
+
+
+def _recommend(
+    rows: list[dict[str, Any]], targets: list[GpuCard], stack_checked: bool, backend: str | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, str]:
+    """(candidate, recommendation, sentence): the first row in S6's order that fits one of
+    `targets` (smallest card first) with headroom; recommended only under L2.
+
+    DDP rows use as much memory per GPU as the configured one, so they never rescue a shape
+    that does not fit; they are for speed and are skipped here.
+    """
+    targets = sorted(targets, key=lambda c: (c.memory_gib, -c.relative_speed))
+    candidate = None
+    for row in rows:
+        if row["strategy"] == "ddp" and row["label"] != "configured":
+            continue
+        card = next((c for c in targets if row["fits"][c.name]["verdict"] == "PASS"), None)
+        if card is not None:
+            headroom = row["fits"][card.name]["headroom"]
+            candidate = {"row": row["label"], "card": card.name, "backend": card.backend,
+                         "headroom": headroom}  # fmt: skip
+            break
+    if candidate is None:
+        return None, None, "no configuration fits a card of the catalog with the headroom asked"
+    if not stack_checked:
+        return candidate, None, (
+            "not recommended yet: the environment and step gates have not passed on this "
+            "backend; run `tunepilot pilot` until they do (L2)"
+        )  # fmt: skip
+    if backend is not None and backend != candidate["backend"]:
+        return candidate, None, (
+            f"not recommended yet: the stack was checked on {backend}, not on "
+            f"{candidate['backend']}; run `tunepilot pilot` on the {candidate['card']} before "
+            "the campaign (B1, L2)"
+        )  # fmt: skip
+    return candidate, candidate, (
+        f"{candidate['row']} on {candidate['card']}: it fits with {candidate['headroom']:.0%} "
+        f"headroom and the stack passed on {backend or candidate['backend']}"
+    )  # fmt: skip
 
 
 def selection_sheet(
@@ -400,110 +413,50 @@ def selection_sheet(
     """L1: the sheet for the configured shape and its alternatives on every card.
 
     Predicted peak per GPU = static bytes (divided by world size under FSDP) + activations
-    from the fitted model (scaled to the precision) + `overhead_bytes`. `stack_checked`: the
-    environment and step gates passed; a row is recommended only then, and only on a card of
-    `checked_backend` (L2, B1: another backend means running the pilot there first).
+    from the fitted model (scaled to the precision) + `overhead_bytes`. The memory model is
+    taken as measured at the configured checkpointing and `measured_precision`.
+    `stack_checked`: the environment and step gates passed; a row is recommended only then,
+    and only on a card of `checked_backend` (L2, B1: another backend means another pilot).
     """
+    targets = [c for c in cards if gpu is None or c.name.lower() == gpu.lower()]
+    if not targets:
+        names = ", ".join(c.name for c in cards)
+        raise input_error("rental.gpu", f"no card `{gpu}` in the catalog", f"use one of {names}")
     static = static_bytes(n_params_total, n_trainable, precision, optimizer)
     measured = Measured(measured_precision, activation_checkpointing, overhead_bytes)
     base = Shape("configured", microbatch, accumulation, precision, activation_checkpointing,
                  strategy, world_size)  # fmt: skip
-    if gpu is not None and not any(c.name.lower() == gpu.lower() for c in cards):
-        raise input_error(
-            "rental.gpu",
-            f"no card `{gpu}` in the catalog",
-            f"use one of: {', '.join(c.name for c in cards)}",
-        )
     rows = []
     for shape in _alternatives(base, gpu_counts):
         s, act, peak, why = _peak_per_gpu(shape, memory_model, static, max_length, measured)
-        rows.append(
-            {
-                **asdict(shape),
-                "estimate": "; ".join(why),
-                "examples_per_update": shape.microbatch
-                * shape.accumulation
-                * (shape.world_size if shape.strategy in ("ddp", "fsdp") else 1),
-                "static_bytes_per_gpu": int(s),
-                "activation_bytes": int(act),
-                "overhead_bytes": overhead_bytes,
-                "peak_bytes_per_gpu": int(peak),
-                "fits": {c.name: _fit(c, shape, peak, min_headroom) for c in cards},
-            }
-        )
+        replicas = shape.world_size if shape.strategy in ("ddp", "fsdp") else 1
+        rows.append({
+            **asdict(shape), "estimate": "; ".join(why),
+            "examples_per_update": shape.microbatch * shape.accumulation * replicas,
+            "static_bytes_per_gpu": int(s), "activation_bytes": int(act),
+            "overhead_bytes": overhead_bytes, "peak_bytes_per_gpu": int(peak),
+            "fits": {c.name: c.fit(peak, min_headroom, shape.precision, shape.world_size)
+                     for c in cards},
+        })  # fmt: skip
     fixed = rows[0]["static_bytes_per_gpu"] + overhead_bytes
     factor = _activation_scale(base, measured)[0]
-    max_dims = {
-        c.name: _max_microbatch(c, memory_model, fixed, max_length, factor, min_headroom)
-        for c in cards
-    }
-
-    # The candidate: the first row in S6's order that fits a card with headroom, on the named
-    # card or on the smallest card. DDP rows use as much memory per GPU as the configured one,
-    # so they never rescue a shape that does not fit; they are for speed.
-    targets = [c for c in cards if gpu is None or c.name.lower() == gpu.lower()]
-    targets.sort(key=lambda c: (c.memory_gib, -c.relative_speed))
-    candidate = None
-    for row in rows:
-        if row["strategy"] == "ddp" and row["label"] != "configured":
-            continue
-        card = next((c for c in targets if row["fits"][c.name]["verdict"] == "PASS"), None)
-        if card is not None:
-            candidate = {
-                "row": row["label"],
-                "card": card.name,
-                "backend": card.backend,
-                "headroom": row["fits"][card.name]["headroom"],
-            }
-            break
-    recommendation, why = None, ""
-    if candidate is None:
-        why = "no configuration fits a card of the catalog with the headroom asked for"
-    elif not stack_checked:
-        why = (
-            "not recommended yet: the environment and step gates have not passed; run "
-            "`tunepilot pilot` until they do (L2)"
-        )
-    elif checked_backend is not None and checked_backend != candidate["backend"]:
-        why = (
-            f"not recommended yet: the stack was checked on {checked_backend}, not on "
-            f"{candidate['backend']}; run `tunepilot pilot` on the {candidate['card']} "
-            "before the campaign (B1, L2)"
-        )
-    else:
-        recommendation = candidate
-        why = (
-            f"{candidate['row']} on {candidate['card']}: it fits with "
-            f"{candidate['headroom']:.0%} headroom and the stack passed on "
-            f"{checked_backend or candidate['backend']}"
-        )
+    max_mb = {c.name: _max_microbatch(memory_model, c.memory_bytes * (1 - min_headroom) - fixed,
+                                      max_length, factor) for c in cards}  # fmt: skip
+    candidate, recommendation, why = _recommend(rows, targets, stack_checked, checked_backend)
     return {
+        **{k: v for k, v in asdict(base).items() if k != "label"},
         "memory_per_gpu": {c.name: c.memory_bytes for c in cards},
-        "max_dims": {
-            "length": max_length,
-            "microbatch": microbatch,
-            "max_microbatch_at_length": max_dims,
-        },
-        "precision": precision,
-        "microbatch": microbatch,
-        "accumulation": accumulation,
-        "strategy": strategy,
-        "world_size": world_size,
-        "activation_checkpointing": activation_checkpointing,
+        "max_dims": {"length": max_length, "microbatch": microbatch,
+                     "max_microbatch_at_length": max_mb},
         "expected_result": expected_result,
-        "static_bytes": static.to_json(),
-        "memory_model": memory_model.to_json(),
-        "min_headroom": min_headroom,
-        "rows": rows,
-        "candidate": candidate,
-        "recommendation": recommendation,
-        "recommendation_sentence": why,
-        "stack_checked": stack_checked,
-        "checked_backend": checked_backend,
+        "static_bytes": static.to_json(), "memory_model": memory_model.to_json(),
+        "min_headroom": min_headroom, "rows": rows, "candidate": candidate,
+        "recommendation": recommendation, "recommendation_sentence": why,
+        "stack_checked": stack_checked, "checked_backend": checked_backend,
         "assumptions": [
             f"{human_bytes(overhead_bytes)} per GPU for the CUDA context and allocator cache",
             "weights stay fp32 under bf16/fp16 autocast (tunepilot's loop)",
             f"activation checkpointing keeps ~{CHECKPOINTING_KEEPS:.0%} of activations",
             f"activations measured in {measured_precision} scale with bytes per value",
         ],
-    }
+    }  # fmt: skip

@@ -64,9 +64,9 @@ def _step_of(folder: Path) -> int | None:
     return int(name[len(STEP_PREFIX) :])
 
 
-def _unwrap(model: Any) -> Any:
-    """The model under a DDP wrapper (DDP keeps it in `.module`)."""
-    return getattr(model, "module", model)
+def unwrap(model: Any) -> Any:
+    """The model under a DDP wrapper (DDP keeps it in `.module` and has `no_sync`)."""
+    return model.module if hasattr(model, "no_sync") and hasattr(model, "module") else model
 
 
 def _is_peft(model: Any) -> bool:
@@ -107,7 +107,7 @@ def save_checkpoint(
     tmp.mkdir()
 
     # Weights: an adapter in PEFT's own format so `PeftModel.from_pretrained` reads it as is.
-    inner = _unwrap(model)
+    inner = unwrap(model)
     if _is_peft(inner):
         inner.save_pretrained(str(tmp), safe_serialization=True)
     else:
@@ -345,7 +345,7 @@ def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer) 
     folder = Path(folder)
     verify_checkpoint(folder)
     state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
-    inner = _unwrap(model)
+    inner = unwrap(model)
     if state.get("weights") == "peft":
         _load_adapter(folder, inner)
     else:

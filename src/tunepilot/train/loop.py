@@ -11,10 +11,10 @@ Read `train` top to bottom; it is the whole story. The decisions that matter:
   sequences carries exactly its share. Averaging per microbatch and dividing by the
   accumulation count, the common shortcut, weights a token in a short microbatch more than
   one in a long microbatch.
-* Precision (S3). bf16 runs the forward under autocast and needs no scaling. fp16 needs a
-  GradScaler, which exists on CUDA only; it scales the update's loss (already normalised over
-  the whole update) and unscales once per update, before clipping, so the scale matches the
-  effective batch. The loss itself is always computed in fp32 from the logits.
+* Precision (S3). bf16 runs the forward under autocast and needs no scaling (it has fp32's
+  range). fp16 is for CUDA only and needs a GradScaler: it scales the update's loss (already
+  normalised over the whole update) and unscales once per update, before clipping, so the
+  scale matches the effective batch. The loss is never computed in half precision.
 * Stop causes are decided before the trial (V4): the budget, a non-finite loss (diverged: the
   update is not applied and its line is kept, V3), a loss bound and a wall clock.
 * Resume (R1) restores weights, optimizer, sampler position and generators, and the lr is a
@@ -44,6 +44,7 @@ from tunepilot.train.checkpoint import (
     load_checkpoint,
     run_identity,
     save_checkpoint,
+    unwrap,
 )
 from tunepilot.train.schedule import lr_at
 
@@ -94,6 +95,8 @@ def train(
     """
     import torch
 
+    if kind not in ("classification", "causal_lm"):
+        raise ValueError(f"kind must be classification or causal_lm, not {kind!r}")
     run_dir = Path(run_dir)
     device = next(model.parameters()).device
     autocast, scaler = _precision(settings.precision, device)
@@ -101,9 +104,6 @@ def train(
 
     # Seeds first: whatever is built below and draws random numbers must draw the same ones.
     rng.seed_everything(settings.seed + 1_000_003 * rank)
-    deterministic_before = torch.are_deterministic_algorithms_enabled()
-    if device.type == "cpu":  # CUDA would also need CUBLAS_WORKSPACE_CONFIG; CPU is exact
-        torch.use_deterministic_algorithms(True)
 
     lengths = [len(e.input_ids) for e in train_data]
     sampler = UpdateSampler(
@@ -118,7 +118,7 @@ def train(
     )  # fmt: skip
     identity = run_identity(settings, train_data)
 
-    # Activation checkpointing changes how the model runs forward, so it precedes train().
+    # Activation checkpointing (S3) changes how forward keeps activations: set it up front.
     if settings.activation_checkpointing:
         _enable_activation_checkpointing(model)
     model.train()
@@ -129,6 +129,7 @@ def train(
     # generators are restored, which must be the very last thing before the loop.
     metrics_path, evals_path = run_dir / "metrics.jsonl", run_dir / "evals.jsonl"
     done, examples_seen, elapsed_before = 0, 0, 0.0
+    last_checkpoint: Path | None = None
     if resume is not None:
         folder = Path(resume)
         folder = folder if (folder / "MANIFEST.json").exists() else latest_checkpoint(folder)
@@ -144,7 +145,7 @@ def train(
         if scaler is not None and state.get("grad_scaler"):
             scaler.load_state_dict(state["grad_scaler"])
         done, examples_seen = state["update"], state["examples_seen"]
-        elapsed_before = state["elapsed_seconds"]
+        elapsed_before, last_checkpoint = state["elapsed_seconds"], folder
         if rank == 0:  # lines written after the checkpoint belong to a future that was lost
             _rewind_jsonl(metrics_path, done)
             _rewind_jsonl(evals_path, done)
@@ -164,7 +165,6 @@ def train(
     status: Status = "completed"
     reason = f"budget of {total} updates reached"
     last_loss: float | None = None
-    last_checkpoint: Path | None = None
     update_seconds: list[float] = []
     bar = _progress_bar(total, done) if rank == 0 and _want_progress(progress) else None
 
@@ -180,6 +180,9 @@ def train(
         keep = settings.keep_last_checkpoints
         return save_checkpoint(run_dir, done, model, optimizer, sampler.state_dict(), extra, keep)
 
+    deterministic_before = torch.are_deterministic_algorithms_enabled()
+    if device.type == "cpu":  # CUDA would also need CUBLAS_WORKSPACE_CONFIG; CPU is exact
+        torch.use_deterministic_algorithms(True)
     try:
         while done < total:
             tick = time.perf_counter()
@@ -265,8 +268,9 @@ def train(
                 last_checkpoint = checkpoint()
 
             # 6. Stop causes that end the run after an applied update.
+            # Replicas decide together, or one would wait forever in the next all-reduce.
             limit = settings.stop.wall_clock_minutes
-            if limit is not None and elapsed() > 60 * limit:
+            if limit is not None and _all_reduce(float(elapsed() > 60 * limit), world_size):
                 status, reason = "stopped_wall_clock", f"wall clock of {limit} min reached"
                 break
             if stop_after is not None and stop_after <= done < total:
@@ -341,7 +345,7 @@ def _precision(precision: str, device: torch.device) -> tuple[Callable[[], Any],
     if device.type != "cuda":
         raise input_error(
             "training.precision",
-            f"fp16 on {device.type}; fp16 needs a CUDA GradScaler",
+            f"fp16 on {device.type}; fp16 training with a GradScaler is supported on CUDA only",
             "use training.precision=bf16 (or fp32) here; keep fp16 for NVIDIA GPUs",
             title="precision not available",
         )
@@ -350,7 +354,7 @@ def _precision(precision: str, device: torch.device) -> tuple[Callable[[], Any],
 
 def _enable_activation_checkpointing(model: Any) -> None:
     """Recompute activations in backward (S3); non-reentrant works with a frozen LoRA base."""
-    base = getattr(model, "module", model)
+    base = unwrap(model)
     if hasattr(base, "get_base_model"):
         base = base.get_base_model()
     kwargs = {"use_reentrant": False}
@@ -386,7 +390,7 @@ def _evaluate(model: Any, evaluate: Callable[[Any], dict[str, Any]], path: Path,
     """Evaluate without moving the training generators, then back to training mode."""
     import torch
 
-    inner = getattr(model, "module", model)
+    inner = unwrap(model)
     with rng.fenced(), torch.no_grad():
         inner.eval()
         try:
@@ -430,10 +434,11 @@ def _want_progress(progress: bool | None) -> bool:
 
 
 def _progress_bar(total: int, done: int) -> tuple[Any, Any]:
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    bar = Progress(*columns, TextColumn("updates"))
+    bar = Progress(*columns, TextColumn("updates"), console=Console(stderr=True))
     task = bar.add_task("training", total=total, completed=done)
     bar.start()
     return bar, task

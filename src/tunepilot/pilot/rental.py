@@ -1,0 +1,310 @@
+"""The rental plan (L3): hours per phase and the smallest 3-, 7- or 30-day package that fits.
+
+The guide organises a rental around distinct phases: the initial control (baseline
+evaluation and the control run), the experiment (variants x seeds), evaluation, a resume
+rehearsal (reload a checkpoint in a new process, R1) and the export. Each phase's hours come
+from times the pilot measured; a time measured on another machine is scaled by the catalog's
+relative speed and every number built from it is labelled an estimate.
+
+A package fits when the campaign leaves at least `margin` of it free: with the default 20%,
+a 3-day package (72 h) holds up to 57.6 h of work. The margin pays for what a plan cannot
+see: a rerun after a crash, a slower data loader, a checkpoint re-read in a new process. When
+nothing fits, the plan says what to cut, with the numbers that would fit.
+
+Compute-bound work (training updates, evaluation) is scaled by the speed ratio; checkpoint
+saves, the resume rehearsal and the export are mostly I/O and are taken as measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from tunepilot.errors import InputError, Problem
+
+HOURS_PER_DAY = 24.0
+# Float tolerance for "exactly at the margin" (hours): a plan at the boundary fits.
+_TOLERANCE_H = 1e-9
+
+
+@dataclass(frozen=True)
+class PhaseHours:
+    name: str
+    hours: float
+    sentence: str
+
+
+@dataclass(frozen=True)
+class PackageFit:
+    days: int
+    hours_available: float
+    usable_hours: float  # hours_available x (1 - margin)
+    headroom: float  # share of the package the campaign leaves free
+    fits: bool
+    price: float | None
+    cost_sentence: str
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The inputs of the arithmetic, kept together so cuts can change one field at a time."""
+
+    seconds_per_update: float  # on the target, after scaling
+    updates_per_run: int
+    n_variants: int
+    n_seeds: int
+    eval_seconds: float  # one evaluation pass on the target, after scaling
+    evals_per_run: int
+    checkpoint_seconds: float
+    checkpoints_per_run: int
+    export_seconds: float
+    resume_rehearsal_seconds: float
+    final_evals: int
+    gpus: int
+
+    @property
+    def experiment_runs(self) -> int:
+        """Variants x seeds, plus the control's other seeds (V6 compares seeds on both sides)."""
+        return self.n_variants * self.n_seeds + (self.n_seeds - 1)
+
+    @property
+    def waves(self) -> int:
+        """Experiment runs need no ordering among themselves: `gpus` of them run side by side."""
+        return math.ceil(self.experiment_runs / self.gpus)
+
+    def phases(self) -> list[PhaseHours]:
+        run_s = self.updates_per_run * self.seconds_per_update
+        run_s += self.checkpoints_per_run * self.checkpoint_seconds
+        run_eval_s = self.evals_per_run * self.eval_seconds
+        h = 3600.0
+        side = f", {self.gpus} side by side" if self.gpus > 1 else ""
+        return [
+            PhaseHours(
+                "initial control",
+                (self.eval_seconds + run_s) / h,
+                f"baseline evaluation of the starting model + 1 control run of "
+                f"{self.updates_per_run} updates (H3)",
+            ),
+            PhaseHours(
+                "experiment",
+                self.waves * run_s / h,
+                f"{self.experiment_runs} runs ({self.n_variants} variants x {self.n_seeds} "
+                f"seeds + {self.n_seeds - 1} more control seeds) in {self.waves} waves{side}",
+            ),
+            PhaseHours(
+                "evaluation",
+                ((1 + self.waves) * run_eval_s + self.final_evals * self.eval_seconds) / h,
+                f"{self.evals_per_run} validation passes per run (interleaved with training"
+                f"{side}) + {self.final_evals} final evaluations on the sealed test split (H4)",
+            ),
+            PhaseHours(
+                "resume rehearsal",
+                self.resume_rehearsal_seconds / h,
+                "reload a checkpoint in a new process and check step, learning rate, data (R1)",
+            ),
+            PhaseHours(
+                "export", self.export_seconds / h, "export, reload and replay control inputs (R2)"
+            ),
+        ]
+
+    def total_hours(self) -> float:
+        return sum(p.hours for p in self.phases())
+
+
+@dataclass
+class RentalPlan:
+    """Hours per phase, every package's fit, the choice or what to cut (L3)."""
+
+    measured_on: str
+    target: str | None
+    speed_ratio: float
+    estimate: bool
+    basis: str  # where the step time comes from, in words
+    workload: Workload
+    margin: float
+    phases: list[PhaseHours]
+    total_hours: float
+    packages: list[PackageFit]
+    chosen: PackageFit | None
+    cuts: list[str] = field(default_factory=list)
+    sentence: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _package(days: int, total_h: float, margin: float, price: float | None) -> PackageFit:
+    available = days * HOURS_PER_DAY
+    usable = available * (1.0 - margin)
+    fits = total_h <= usable + _TOLERANCE_H
+    if price is None:
+        cost = f"fill in the price of the {days}-day package in the GPU catalog"
+    else:
+        cost = f"{price:,.2f} for {days} days"
+    return PackageFit(days, available, usable, 1.0 - total_h / available, fits, price, cost)
+
+
+def _cuts(work: Workload, budget_h: float, days: int) -> list[str]:
+    """What to cut so the campaign fits `budget_h` hours, each with the numbers that fit."""
+
+    def fits(w: Workload) -> bool:
+        return w.total_hours() <= budget_h + _TOLERANCE_H
+
+    where = f"the {days}-day package with its margin ({budget_h:.1f} h)"
+    out: list[str] = []
+    seeds = next((s for s in range(work.n_seeds - 1, 0, -1) if fits(replace(work, n_seeds=s))), 0)
+    if seeds:
+        out.append(f"fewer seeds: {seeds} instead of {work.n_seeds} fits {where}")
+    variants = next(
+        (v for v in range(work.n_variants - 1, -1, -1) if fits(replace(work, n_variants=v))), -1
+    )
+    if variants >= 0:
+        out.append(f"fewer variants: {variants} instead of {work.n_variants} fits {where}")
+    # Hours are linear in updates per run: solve for the largest count that fits.
+    at0 = replace(work, updates_per_run=0).total_hours()
+    per_update = replace(work, updates_per_run=1).total_hours() - at0
+    updates = math.floor((budget_h - at0) / per_update) if per_update > 0 else 0
+    if 1 <= updates < work.updates_per_run:
+        out.append(
+            f"fewer updates: {updates} per run instead of {work.updates_per_run} fits {where} "
+            "(a different budget: record it, S7)"
+        )
+    more = next((g for g in range(work.gpus + 1, 65) if fits(replace(work, gpus=g))), None)
+    if more is not None:
+        out.append(f"more GPUs: a machine with {more} runs the variants side by side in {where}")
+    if not out:
+        out.append(
+            f"nothing fits {where} even with one seed and no variant: shorten runs, measure "
+            "on a faster card, or split the campaign"
+        )
+    return out
+
+
+def plan_rental(
+    step_seconds_measured: float,
+    measured_on: str,
+    target_speed_ratio: float,
+    updates_per_run: int,
+    n_variants: int,
+    n_seeds: int,
+    eval_seconds_per_eval: float,
+    evals_per_run: int,
+    checkpoint_seconds: float,
+    export_seconds: float,
+    resume_rehearsal_seconds: float,
+    gpus_in_package: int = 1,
+    margin: float = 0.2,
+    prices: dict[int, float | None] | None = None,
+    *,
+    target: str | None = None,
+    steps_per_update: int = 1,
+    checkpoints_per_run: int = 1,
+    final_evals: int = 2,
+    packages: tuple[int, ...] = (3, 7, 30),
+) -> RentalPlan:
+    """The plan for a campaign of `n_variants` variants (control excluded) x `n_seeds` seeds.
+
+    `step_seconds_measured` is one steady step on `measured_on`; `steps_per_update` is how
+    many such steps make one update (the accumulation, when a microbatch step was timed).
+    `target_speed_ratio` = target speed / measured speed (see `catalog.speed_ratio`).
+    """
+    problems = [
+        Problem(f"plan.{k}", f"{v}", "use a number > 0")
+        for k, v in (
+            ("step_seconds", step_seconds_measured),
+            ("target_speed_ratio", target_speed_ratio),
+        )
+        if not v > 0
+    ]
+    problems += [
+        Problem(f"plan.{k}", f"{v}", f"use a whole number >= {low}")
+        for k, v, low in (
+            ("updates_per_run", updates_per_run, 1),
+            ("n_variants", n_variants, 0),
+            ("n_seeds", n_seeds, 1),
+            ("evals_per_run", evals_per_run, 0),
+            ("gpus_in_package", gpus_in_package, 1),
+            ("steps_per_update", steps_per_update, 1),
+        )
+        if v < low
+    ]
+    if not 0 <= margin < 1:
+        problems.append(Problem("rental.margin", f"{margin}", "use a share in [0, 1), e.g. 0.2"))
+    if problems:
+        raise InputError(problems, title="cannot plan the rental")
+
+    estimate = target_speed_ratio != 1.0 or (target is not None and target != measured_on)
+    spu = step_seconds_measured * steps_per_update / target_speed_ratio
+    work = Workload(
+        spu, updates_per_run, n_variants, n_seeds, eval_seconds_per_eval / target_speed_ratio,
+        evals_per_run, checkpoint_seconds, checkpoints_per_run, export_seconds,
+        resume_rehearsal_seconds, final_evals, gpus_in_package,
+    )  # fmt: skip
+    basis = f"{step_seconds_measured:.3g} s per step measured on {measured_on}"
+    if estimate:
+        basis = (
+            f"ESTIMATE: {basis}, scaled x{target_speed_ratio:.3g} to {target or 'the target'} "
+            "by the catalog's relative speeds (an assumption; rerun the pilot there)"
+        )
+    phases = work.phases()
+    total = sum(p.hours for p in phases)
+    price_of = prices or {}
+    fits = [_package(d, total, margin, price_of.get(d)) for d in sorted(packages)]
+    chosen = next((p for p in fits if p.fits), None)
+    cuts: list[str] = []
+    label = "estimated " if estimate else ""
+    if chosen is not None:
+        sentence = (
+            f"The campaign needs {total:.1f} {label}hours; the {chosen.days}-day package fits "
+            f"with {chosen.headroom:.0%} left free (margin asked {margin:.0%}); "
+            f"cost: {chosen.cost_sentence}."
+        )
+    else:
+        largest = max(packages)
+        cuts = _cuts(work, largest * HOURS_PER_DAY * (1 - margin), largest)
+        offered = ", ".join(str(d) for d in sorted(packages))
+        sentence = (
+            f"The campaign needs {total:.1f} {label}hours: no package of {offered} days fits "
+            f"with a {margin:.0%} margin. Cut one of: " + "; ".join(cuts) + "."
+        )
+    return RentalPlan(
+        measured_on, target, target_speed_ratio, estimate, basis, work, margin, phases, total,
+        fits, chosen, cuts, sentence,
+    )  # fmt: skip
+
+
+def plan_markdown(plan: RentalPlan) -> str:
+    """`pilots/<id>/plan.md`: the phases, the packages and the decision, for a person."""
+    est = " (estimate)" if plan.estimate else ""
+    lines = [
+        "# Rental plan (L3)",
+        "",
+        f"Basis: {plan.basis}.",
+        f"One update takes {plan.workload.seconds_per_update:.3g} s{est}; "
+        f"{plan.workload.gpus} GPU(s) in the package; margin kept free: {plan.margin:.0%}.",
+        "",
+        f"| phase | hours{est} | what |",
+        "|---|---:|---|",
+    ]
+    lines += [f"| {p.name} | {p.hours:.2f} | {p.sentence} |" for p in plan.phases]
+    lines += [f"| **total** | **{plan.total_hours:.2f}** | |", ""]
+    lines += [
+        "| package | hours | usable with margin | left free | fits | cost |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for p in plan.packages:
+        mark = "yes" if p.fits else "no"
+        free = (
+            f"{p.headroom:.0%}"
+            if p.headroom >= 0
+            else f"over by {plan.total_hours - p.hours_available:.1f} h"
+        )
+        lines.append(
+            f"| {p.days} days | {p.hours_available:.0f} | {p.usable_hours:.1f} | "
+            f"{free} | {mark} | {p.cost_sentence} |"
+        )
+    lines += ["", f"**Decision:** {plan.sentence}"]
+    if plan.cuts:
+        lines += ["", "What to cut (one of):"] + [f"- {c}" for c in plan.cuts]
+    return "\n".join(lines) + "\n"
