@@ -179,9 +179,13 @@ def test_d8_time_overlap_fails_unless_the_split_is_by_group():
     assert f.verdict is FAIL and f.examples == ["v1"]
     assert f.sentence.startswith(
         "1 validation examples are dated no later than the end of an earlier split "
-        "(train 2024-01-01 .. 2024-03-01; validation 2024-02-01 .. 2024-04-01; "
-        "test 2024-05-01 .. 2024-05-01)"
+        "(training ends 2024-03-01)"
     )
+    assert f.details["periods"] == {
+        "train": ["2024-01-01", "2024-03-01"],
+        "validation": ["2024-02-01", "2024-04-01"],
+        "test": ["2024-05-01", "2024-05-01"],
+    }
     assert f.sentence.endswith("use split.policy: time")
     assert check_time_overlap(splits, "created_at", "group").verdict is WARN
     splits["validation"] = [ex("v1", "z", time="2024-03-02T00:00:00")]

@@ -81,16 +81,20 @@ def workspace(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     (root / "data.json").write_text(json.dumps([asdict(e) for e in data]))
     (root / "child.py").write_text(CHILD)
 
-    torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir))
-    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.1,
-                                            target_modules=["q_proj", "v_proj"]))  # fmt: skip
+    def run_here(run_dir: Path, **kw):
+        """The same model and call as the child's, in this process."""
+        torch.manual_seed(0)
+        base = AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir))
+        model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.1,
+                                                target_modules=["q_proj", "v_proj"]))  # fmt: skip
+        return train(model, data, TrainingSettings(**SETTINGS), run_dir, kind="causal_lm",
+                     pad_id=tok.pad_token_id, progress=False, **kw)  # fmt: skip
+
     reference = root / "reference"
-    result = train(model, data, TrainingSettings(**SETTINGS), reference, kind="causal_lm",
-                   pad_id=tok.pad_token_id, progress=False)  # fmt: skip
+    result = run_here(reference)
     assert result.status == "completed" and result.updates == 20
     return {"root": root, "pad_id": tok.pad_token_id, "model_dir": str(tiny_llama_dir),
-            "reference": reference}  # fmt: skip
+            "reference": reference, "run_here": run_here}  # fmt: skip
 
 
 def spec_for(ws: dict, run_dir: Path, **kw) -> Path:
@@ -133,11 +137,9 @@ def assert_same_final_state(run_dir: Path, reference: Path) -> None:
 def test_r1_stop_at_10_and_resume_in_a_new_process_gives_the_identical_run(
     workspace: dict,
 ) -> None:
-    from tunepilot.train.loop import train  # noqa: F401  (the first half runs in a child too)
-
     run_dir = workspace["root"] / "paused"
-    first = child(workspace, run_dir, stop_after=10)
-    assert first == {"status": "paused", "updates": 10}
+    first = workspace["run_here"](run_dir, stop_after=10)
+    assert (first.status, first.updates) == ("paused", 10)
     state = json.loads((run_dir / "checkpoints" / "step-000010" / "state.json").read_text())
     assert state["update"] == 10 and state["sampler"]["epoch"] == 2  # mid-run, mid-epoch
     assert state["sampler"]["position"] == 2

@@ -311,53 +311,31 @@ def _alternatives(base: Shape, gpu_counts: Sequence[int]) -> list[Shape]:
     return rows
 
 
-@dataclass(frozen=True)
-class Measured:
-    """How the memory model was measured: the rows that differ from it are estimates."""
-
-    precision: str
-    checkpointing: bool
-    overhead: int
-
-
-def _activation_scale(shape: Shape, measured: Measured) -> tuple[float, list[str]]:
-    """Factor from measured activations to this shape's, and why it is an estimate."""
+def _activation_scale(
+    shape: Shape, measured_precision: str, measured_checkpointing: bool
+) -> tuple[float, list[str]]:
+    """Factor from the measured activations to this shape's, and why that is an estimate."""
     factor, why = 1.0, []
-    if shape.precision != measured.precision:
-        factor *= DTYPE_BYTES[shape.precision] / DTYPE_BYTES[measured.precision]
-        why.append(f"activations measured in {measured.precision}, scaled to {shape.precision}")
-    if shape.checkpointing and not measured.checkpointing:
+    if shape.precision != measured_precision:
+        factor *= DTYPE_BYTES[shape.precision] / DTYPE_BYTES[measured_precision]
+        why.append(f"activations measured in {measured_precision}, scaled to {shape.precision}")
+    if shape.checkpointing and not measured_checkpointing:
         factor *= CHECKPOINTING_KEEPS
         why.append(f"checkpointing assumed to keep {CHECKPOINTING_KEEPS:.0%} of activations")
     return factor, why
-
-
-def _peak_per_gpu(
-    shape: Shape, model: MemoryModel, static: StaticBytes, length: int, measured: Measured
-) -> tuple[float, float, float, list[str]]:
-    """(static per GPU, activations, predicted peak per GPU, estimate reasons) for `shape`."""
-    per_gpu_static = static.total / shape.world_size if shape.strategy == "fsdp" else static.total
-    factor, why = _activation_scale(shape, measured)
-    act = model.activation_bytes(shape.microbatch, length) * factor
-    return per_gpu_static, act, per_gpu_static + act + measured.overhead, why
-
-
-def _max_microbatch(model: MemoryModel, room: float, length: int, factor: float) -> int:
-    """The largest microbatch at `length` whose activations fit in `room` bytes."""
-    per_example = model.activation_bytes(1, length) * factor
-    return 0 if room < 0 else (10**6 if per_example <= 0 else int(room // per_example))
 
 
 def _recommend(
     rows: list[dict[str, Any]], targets: list[GpuCard], stack_checked: bool, backend: str | None
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, str]:
     """(candidate, recommendation, sentence): the first row in S6's order that fits one of
-    `targets` (smallest card first) with headroom; recommended only under L2.
+    `targets` with headroom, the slowest such card first (slower cards rent for less; the
+    rental plan then prices the time); recommended only under L2.
 
     DDP rows use as much memory per GPU as the configured one, so they never rescue a shape
     that does not fit; they are for speed and are skipped here.
     """
-    targets = sorted(targets, key=lambda c: (c.memory_gib, -c.relative_speed))
+    targets = sorted(targets, key=lambda c: (c.relative_speed, c.memory_gib))
     candidate = None
     for row in rows:
         if row["strategy"] == "ddp" and row["label"] != "configured":
@@ -423,25 +401,30 @@ def selection_sheet(
         names = ", ".join(c.name for c in cards)
         raise input_error("rental.gpu", f"no card `{gpu}` in the catalog", f"use one of {names}")
     static = static_bytes(n_params_total, n_trainable, precision, optimizer)
-    measured = Measured(measured_precision, activation_checkpointing, overhead_bytes)
     base = Shape("configured", microbatch, accumulation, precision, activation_checkpointing,
                  strategy, world_size)  # fmt: skip
     rows = []
     for shape in _alternatives(base, gpu_counts):
-        s, act, peak, why = _peak_per_gpu(shape, memory_model, static, max_length, measured)
+        # FSDP shards weights, gradients and optimizer state; DDP keeps a full replica each.
+        per_gpu = static.total // shape.world_size if shape.strategy == "fsdp" else static.total
+        factor, why = _activation_scale(shape, measured_precision, activation_checkpointing)
+        act = memory_model.activation_bytes(shape.microbatch, max_length) * factor
+        peak = per_gpu + act + overhead_bytes
         replicas = shape.world_size if shape.strategy in ("ddp", "fsdp") else 1
         rows.append({
             **asdict(shape), "estimate": "; ".join(why),
             "examples_per_update": shape.microbatch * shape.accumulation * replicas,
-            "static_bytes_per_gpu": int(s), "activation_bytes": int(act),
+            "static_bytes_per_gpu": per_gpu, "activation_bytes": int(act),
             "overhead_bytes": overhead_bytes, "peak_bytes_per_gpu": int(peak),
             "fits": {c.name: c.fit(peak, min_headroom, shape.precision, shape.world_size)
                      for c in cards},
         })  # fmt: skip
+    # The largest microbatch whose activations fit at the longest length, per card.
+    per_example = memory_model.activation_bytes(1, max_length)
+    per_example *= _activation_scale(base, measured_precision, activation_checkpointing)[0]
     fixed = rows[0]["static_bytes_per_gpu"] + overhead_bytes
-    factor = _activation_scale(base, measured)[0]
-    max_mb = {c.name: _max_microbatch(memory_model, c.memory_bytes * (1 - min_headroom) - fixed,
-                                      max_length, factor) for c in cards}  # fmt: skip
+    max_mb = {c.name: max(0, int((c.memory_bytes * (1 - min_headroom) - fixed) // per_example))
+              if per_example > 0 else None for c in cards}  # fmt: skip
     candidate, recommendation, why = _recommend(rows, targets, stack_checked, checked_backend)
     return {
         **{k: v for k, v in asdict(base).items() if k != "label"},

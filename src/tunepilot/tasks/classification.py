@@ -16,7 +16,6 @@ from tunepilot.campaign import stable_hash
 from tunepilot.data.example import Example
 from tunepilot.errors import InputError, Problem
 from tunepilot.tasks.base import Encoded
-from tunepilot.verdict import Finding, Verdict
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
@@ -150,54 +149,3 @@ class ClassificationEncoder:
             "labels": self.label_names,
             "context_fields": self.context_fields,
         }
-
-
-def check_label_mapping(
-    model_id2label: dict[Any, str] | None, encoder: ClassificationEncoder
-) -> Finding:
-    """D6: a head trained with another class order still yields a finite loss on the wrong task.
-
-    Compares a model config's id2label with the encoder's mapping. Generic names (LABEL_0 ...)
-    mean a new head: PASS, the encoder's mapping is the one to save with it. Real names in a
-    different order, or a different number of classes: FAIL naming the first mismatches.
-    """
-    theirs = {int(k): str(v) for k, v in (model_id2label or {}).items()}
-    ours = encoder.id2label
-    generic = all(v == f"LABEL_{k}" for k, v in theirs.items())
-    if generic and (not theirs or len(theirs) == len(ours)):
-        return Finding(
-            "label mapping",
-            Verdict.PASS,
-            f"the head is new; its {len(ours)} ids follow data.labels "
-            f"(0 = {ours[0]!r}, ..., {len(ours) - 1} = {ours[len(ours) - 1]!r})",
-            requirement="D6",
-            details={"id2label": ours},
-        )
-    if len(theirs) != len(ours):
-        return Finding(
-            "label mapping",
-            Verdict.FAIL,
-            f"the model head has {len(theirs)} classes but the data has {len(ours)}; "
-            "load it with num_labels and id2label from data.labels",
-            requirement="D6",
-            details={"model": theirs, "data": ours},
-        )
-    diffs = [(i, theirs.get(i), ours[i]) for i in sorted(ours) if theirs.get(i) != ours[i]]
-    if diffs:
-        shown = "; ".join(f"id {i}: model {a!r} vs data {b!r}" for i, a, b in diffs[:3])
-        return Finding(
-            "label mapping",
-            Verdict.FAIL,
-            f"{len(diffs)} class id(s) mean different classes in the model and the data ({shown}); "
-            "set data.labels to the model's order, or start a new head",
-            requirement="D6",
-            examples=[str(i) for i, _, _ in diffs[:5]],
-            details={"model": theirs, "data": ours},
-        )
-    return Finding(
-        "label mapping",
-        Verdict.PASS,
-        f"the model head and the data agree on all {len(ours)} class ids",
-        requirement="D6",
-        details={"id2label": ours},
-    )

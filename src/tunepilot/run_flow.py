@@ -1,0 +1,130 @@
+"""The experiment commands: baseline, run, resume, runs, note (H3, V1-V6, L4).
+
+Each opens the ledger (which marks runs whose process died as interrupted), does one job, and
+prints a short table. Library code below raises; only the CLI turns results into exit codes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunepilot.campaign.variants import variant_names
+from tunepilot.errors import input_error
+from tunepilot.workspace import Workspace
+
+
+def _open_ledger(ws: Workspace) -> Any:
+    from tunepilot.console import console
+    from tunepilot.ledger import Ledger
+
+    ledger = Ledger.open(ws.ledger_path)
+    for dead in ledger.interrupted_on_open:
+        console.print(f"[yellow]marked {dead.run_id} interrupted[/]: {dead.reason}")
+    return ledger
+
+
+def parse_seeds(text: str | None, default: list[int]) -> list[int]:
+    if not text:
+        return list(default)
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise input_error("--seeds", f"`{text}` is not a comma-separated list of integers",
+                          "write e.g. --seeds 0,1,2") from None
+
+
+def baseline(ws: Workspace, as_json: bool) -> int:
+    from tunepilot.console import console, print_json
+    from tunepilot.runner import Session, run_baseline
+
+    with _open_ledger(ws) as ledger:
+        result = run_baseline(Session(ws), ledger)
+    if as_json:
+        print_json({"metrics": result.metrics, "config_hash": result.config_hash})
+    else:
+        console.print(f"baseline on validation (H3): {_headline(result.metrics)}; "
+                      f"predictions kept in {ws.root / 'baseline'}")
+    return 0
+
+
+def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after: int | None,
+        as_json: bool) -> int:
+    """Variants x seeds, one after the other; a failure is recorded and the sweep goes on."""
+    from tunepilot.console import console, print_json
+    from tunepilot.runner import Session, execute_run
+
+    names = variants or variant_names(ws.campaign)
+    unknown = [v for v in names if v not in variant_names(ws.campaign)]
+    if unknown:
+        raise input_error("--variant", f"unknown variant(s) {', '.join(unknown)}",
+                          f"use one of {', '.join(variant_names(ws.campaign))}")
+    session = Session(ws)
+    outcomes = []
+    with _open_ledger(ws) as ledger:
+        for name in names:
+            for seed in parse_seeds(seeds, ws.campaign.seeds):
+                console.print(f"[bold]run[/] {name} seed {seed}")
+                outcome = execute_run(session, ledger, name, seed, stop_after=stop_after)
+                outcomes.append(outcome)
+                console.print(f"  {outcome.run_id}: {outcome.status} ({outcome.reason}) "
+                              f"{_headline(outcome.metrics)}")
+    if as_json:
+        print_json([_outcome_json(o) for o in outcomes])
+    return 0
+
+
+def resume(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool) -> int:
+    from tunepilot.console import console, print_json
+    from tunepilot.runner import Session, execute_run
+
+    with _open_ledger(ws) as ledger:
+        outcome = execute_run(Session(ws), ledger, resume_run_id=run_id, stop_after=stop_after)
+    if as_json:
+        print_json(_outcome_json(outcome))
+    else:
+        console.print(f"{outcome.run_id}: {outcome.status} after {outcome.updates} updates "
+                      f"({outcome.reason}) {_headline(outcome.metrics)}")
+    return 0
+
+
+def list_runs(ws: Workspace, as_json: bool) -> int:
+    from rich.table import Table
+
+    from tunepilot.console import console, print_json
+
+    with _open_ledger(ws) as ledger:
+        rows = ledger.list_runs()
+    if as_json:
+        print_json([{"id": r.id, "variant": r.variant, "seed": r.seed, "status": r.status,
+                     "reason": r.reason, "retry_of": r.retry_of, "data_version": r.data_version,
+                     "config_hash": r.config_hash} for r in rows])
+        return 0
+    table = Table(title=f"runs of {ws.campaign.name} (every run, failures included: V3)")
+    for col in ("run", "variant", "seed", "status", "reason", "retry of"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.id, r.variant, str(r.seed), r.status, r.reason or "", r.retry_of or "")
+    console.print(table)
+    return 0
+
+
+def note(ws: Workspace, text: str, run_id: str | None) -> int:
+    from tunepilot.console import console
+
+    with _open_ledger(ws) as ledger:
+        if run_id:
+            ledger.get_run(run_id)
+        number = ledger.add_note(text, run_id=run_id)
+    console.print(f"note {number} recorded" + (f" for {run_id}" if run_id else ""))
+    return 0
+
+
+def _headline(metrics: dict[str, Any]) -> str:
+    keys = ("accuracy", "macro_f1", "json_validity", "required_field_presence", "loss")
+    shown = [f"{k} {metrics[k]:.4f}" for k in keys if isinstance(metrics.get(k), int | float)]
+    return ", ".join(shown)
+
+
+def _outcome_json(o: Any) -> dict[str, Any]:
+    return {"run_id": o.run_id, "status": o.status, "reason": o.reason, "updates": o.updates,
+            "run_dir": str(o.run_dir), "metrics": o.metrics}

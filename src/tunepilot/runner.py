@@ -1,0 +1,278 @@
+"""One run of one variant and seed, start to finish, with everything it saw written down.
+
+The chain (DESIGN): campaign -> data -> task encoding -> model -> loop -> ledger. A run gets a
+stable id from the ledger, a folder with its resolved config, backend fingerprint and data
+version, a status history (planned, running, then completed / diverged / interrupted /
+failed, each with a reason), its curve, and a final evaluation with per-example predictions
+through the same procedure every variant uses (V2, V3, V5). A crash still leaves a `failed`
+row with the error; a killed process is found by the next command and marked interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tunepilot.campaign import Campaign
+from tunepilot.campaign.variants import CONTROL, variant_campaign, variant_diff
+from tunepilot.workspace import Workspace
+
+# How the loop's end states are recorded in the ledger (V3: every end has a reason).
+LEDGER_STATUS = {
+    "completed": "completed",
+    "stopped_wall_clock": "completed",
+    "diverged": "diverged",
+    "stopped_loss_bound": "diverged",
+    "paused": "interrupted",
+}
+
+
+@dataclass
+class Encoded:
+    """The data of a campaign as the model sees it, shared by every run with that encoding."""
+
+    prepared: Any
+    encoder: Any
+    train: list[Any]
+    validation: list[Any]
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    status: str
+    reason: str
+    updates: int
+    run_dir: Path
+    metrics: dict[str, Any] = field(default_factory=dict)
+    update_seconds: list[float] = field(default_factory=list)
+
+
+class Session:
+    """The heavy parts of a campaign (data, tokenizer, encodings), built once for many runs."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self._encodings: dict[str, Encoded] = {}
+
+    def encoded(self, campaign: Campaign) -> Encoded:
+        """Encode the splits for a (variant) campaign; reused while the encoding is the same."""
+        from tunepilot.campaign import stable_hash
+        from tunepilot.tasks import make_encoder
+
+        key = stable_hash([campaign.data.model_dump(mode="json"), campaign.model.name_or_path])
+        if key not in self._encodings:
+            prepared = (
+                self.ws.prepare()
+                if campaign.data == self.ws.campaign.data
+                else _prepare_for(self.ws, campaign)
+            )
+            encoder = make_encoder(campaign, self.ws.tokenizer, prepared.label_names)
+            train = [encoder.encode(e) for e in prepared.splits["train"]]
+            validation = [encoder.encode(e) for e in prepared.splits["validation"]]
+            self._encodings[key] = Encoded(prepared, encoder, train, validation)
+        return self._encodings[key]
+
+    def build_model(self, campaign: Campaign, seed: int) -> Any:
+        """Base + head + method, initialised from `seed` so a run is reproducible from its id."""
+        from tunepilot.model import apply_method, load_model
+        from tunepilot.train.rng import seed_everything
+
+        encoded = self.encoded(campaign)
+        kind = "classification" if campaign.hypothesis.task == "classification" else "causal_lm"
+        seed_everything(seed)  # the new head and LoRA's A matrices draw from here
+        loaded = load_model(
+            self.ws.model_source, kind, campaign.model, encoded.prepared.label_names or None,
+            pad_token_id=self.ws.tokenizer.pad_token_id,
+        )  # fmt: skip
+        return apply_method(loaded, campaign.model)
+
+    def evaluate(self, model: Any, campaign: Campaign, examples: list[Any] | None = None) -> Any:
+        """The one evaluation procedure (V2) on the validation split unless told otherwise."""
+        from tunepilot.evaluate import evaluate
+
+        encoded = self.encoded(campaign)
+        split = examples if examples is not None else encoded.prepared.splits["validation"]
+        t = campaign.training
+        return evaluate(model, encoded.encoder, split, t.eval_batch_size, t.max_new_tokens,
+                        device=_device_of(model))
+
+
+def _prepare_for(ws: Workspace, campaign: Campaign) -> Any:
+    from tunepilot.data.prepare import prepare_data
+
+    return prepare_data(campaign, ws.root, write=True)
+
+
+def _device_of(model: Any) -> str:
+    return str(next(model.parameters()).device)
+
+
+def _kind(campaign: Campaign) -> str:
+    return "classification" if campaign.hypothesis.task == "classification" else "causal_lm"
+
+
+def run_campaign_for(ws: Workspace, variant: str, seed: int) -> Campaign:
+    """The campaign a run trains: the variant's overrides, then its seed."""
+    campaign = variant_campaign(ws.campaign, variant)
+    training = campaign.training.model_copy(update={"seed": seed})
+    return campaign.model_copy(update={"training": training})
+
+
+def _write_run_files(run_dir: Path, campaign: Campaign, extra: dict[str, Any]) -> None:
+    """config.resolved.yaml and env.json next to every run (STYLE 8, B2)."""
+    from tunepilot.measure.env import fingerprint, git_commit
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    resolved = {**campaign.model_dump(mode="json"), "_run": extra}
+    (run_dir / "config.resolved.yaml").write_text(
+        yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8"
+    )
+    env = fingerprint()
+    env["campaign_git_commit"] = git_commit(run_dir.parent.parent)
+    (run_dir / "env.json").write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
+
+
+def execute_run(
+    session: Session,
+    ledger: Any,
+    variant: str = CONTROL,
+    seed: int = 0,
+    *,
+    resume_run_id: str | None = None,
+    retry_of: str | None = None,
+    stop_after: int | None = None,
+    progress: bool | None = None,
+) -> RunOutcome:
+    """Train one variant x seed (or resume one) and record everything in the ledger."""
+    from tunepilot.train.loop import train
+
+    ws = session.ws
+    if resume_run_id is not None:
+        row = ledger.get_run(resume_run_id)
+        variant, seed, run_id = row.variant, row.seed, row.id
+    campaign = run_campaign_for(ws, variant, seed)
+    encoded = session.encoded(campaign)
+    data_version = encoded.prepared.version
+    if resume_run_id is None:
+        if retry_of:  # a new id pointing at the original, which keeps its line (V3)
+            run_id = ledger.retry(retry_of, reason="retry requested")
+        else:
+            run_id = ledger.new_run_id(variant, seed)
+            ledger.register_run(
+                campaign=ws.campaign.name, variant=variant, seed=seed,
+                config_hash=campaign.config_hash(), data_version=data_version,
+                control_run=_control_run(ledger, seed) if variant != CONTROL else None,
+                diff=variant_diff(ws.campaign, variant),
+                budget=campaign.training.budget.model_dump(),
+                run_dir=str(ws.runs_dir / run_id),
+                metrics_file=str(ws.runs_dir / run_id / "metrics.jsonl"), run_id=run_id,
+            )  # fmt: skip
+        _write_run_files(ws.runs_dir / run_id, campaign, {
+            "run_id": run_id, "variant": variant, "seed": seed, "data_version": data_version,
+            "retry_of": retry_of})  # fmt: skip
+    run_dir = ws.runs_dir / run_id
+    ledger.set_status(run_id, "running", f"pid {os.getpid()}", pid=os.getpid())
+    ledger.heartbeat(run_id, pid=os.getpid())
+
+    def on_update(record: dict[str, Any]) -> None:
+        ledger.record_update(run_id, record["update"], record["loss"], lr=record["lr"])
+        ledger.heartbeat(run_id, pid=os.getpid())
+
+    def evaluate_point(model: Any) -> dict[str, Any]:
+        return session.evaluate(model, campaign).metrics
+
+    try:
+        model = session.build_model(campaign, seed)
+        result = train(
+            model, encoded.train, campaign.training, run_dir, kind=_kind(campaign),
+            pad_id=_pad_id(ws.tokenizer), evaluate=evaluate_point,
+            resume=run_dir if resume_run_id else None, on_update=on_update,
+            progress=progress, stop_after=stop_after,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        ledger.set_status(run_id, "interrupted", "stopped from the keyboard; resume it with "
+                          f"`tunepilot resume {run_id}`")
+        raise
+    except Exception as exc:
+        ledger.set_status(run_id, "failed", f"{type(exc).__name__}: {exc}"[:2000])
+        raise
+
+    status = LEDGER_STATUS[result.status]
+    metrics: dict[str, Any] = {}
+    if status == "completed":
+        final = session.evaluate(model, campaign)
+        metrics = final.metrics
+        ledger.record_evaluation(
+            run_id, "validation", final.metrics, eval_config_hash=final.config_hash,
+            data_version=data_version, update=result.updates,
+            predictions=_predictions(final.rows),
+        )  # fmt: skip
+    reason = result.reason
+    if result.status == "paused":
+        reason += f"; continue with `tunepilot resume {run_id}`"
+    ledger.set_status(run_id, status, reason)
+    return RunOutcome(run_id, status, reason, result.updates, run_dir, metrics,
+                      result.update_seconds)
+
+
+def run_baseline(session: Session, ledger: Any) -> Any:
+    """H3: the starting model on the validation split, before any training, kept in full.
+
+    The hypothesis and guards are fixed in the ledger at this moment (H1): changing them later
+    is an amendment with a reason, never a silent edit.
+    """
+    from tunepilot.ledger import BASELINE
+
+    ws = session.ws
+    campaign = ws.campaign
+    ledger.fix_hypothesis(campaign.hypothesis.model_dump(mode="json"))
+    model = session.build_model(campaign, campaign.training.seed)
+    result = session.evaluate(model, campaign)
+    ledger.record_evaluation(
+        BASELINE, "validation", result.metrics, eval_config_hash=result.config_hash,
+        data_version=session.encoded(campaign).prepared.version, update=0,
+        predictions=_predictions(result.rows),
+    )  # fmt: skip
+    out = ws.root / "baseline"
+    out.mkdir(exist_ok=True)
+    (out / "evaluation.json").write_text(json.dumps(
+        {"metrics": result.metrics, "config": result.config, "config_hash": result.config_hash},
+        indent=2, default=str), encoding="utf-8")  # fmt: skip
+    with (out / "predictions.jsonl").open("w", encoding="utf-8") as handle:
+        for row in result.rows:
+            handle.write(json.dumps(row, default=str) + "\n")
+    return result
+
+
+def _predictions(rows: list[dict[str, Any]]) -> list[Any]:
+    from tunepilot.ledger import Prediction
+
+    out = []
+    for row in rows:
+        pred = row.get("pred", row.get("output"))
+        score = row.get("correct", row.get("exact"))
+        out.append(Prediction(
+            example_id=str(row["id"]), gold=json.dumps(row.get("gold"), default=str),
+            pred=json.dumps(pred, default=str),
+            score=None if score is None else float(score), row=row,
+        ))  # fmt: skip
+    return out
+
+
+def _control_run(ledger: Any, seed: int) -> str | None:
+    """The latest control run with the same seed, the one a variant is compared to."""
+    rows = [r for r in ledger.list_runs() if r.variant == CONTROL and r.seed == seed]
+    return rows[-1].id if rows else None
+
+
+def _pad_id(tokenizer: Any) -> int:
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if candidate is not None:
+            return int(candidate)
+    return 0
