@@ -218,3 +218,20 @@ def test_cuda_probe_with_fake_device_measures_only_the_named_device() -> None:
     assert record.devices == ("cuda:1",)
     assert {d for name, d in cuda.calls if name != "work"} == {1}
     assert record.reading("reserved").peak_delta_bytes == 6 * MB
+
+
+def test_cuda_probe_with_fake_device_keeps_the_phase_error_when_reading_fails() -> None:
+    """A fake torch.cuda (no GPU here) whose counters fail after an out-of-memory error: the
+    phase's own error reaches the caller, the failed read is a flag on the record (S6)."""
+
+    class BrokenAfterOom(FakeCuda):
+        def max_memory_allocated(self, device: int) -> int:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    cuda = BrokenAfterOom(1)
+    probe = MemoryProbe.for_device("cuda", cuda_api=cuda)
+    with pytest.raises(RuntimeError, match="CUDA out of memory"), probe.phase("first_step"):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    record = probe.records[-1]
+    assert record.out_of_memory and not record.completed
+    assert "memory not read after the error" in record.flags[0]

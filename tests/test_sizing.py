@@ -255,6 +255,7 @@ def _sheet(**overrides):
         cards=load_catalog().cards,
         stack_checked=True,
         checked_backend="cuda",
+        measured_on="A100 80GB",
     )
     args.update(overrides)
     return selection_sheet(**args)
@@ -305,6 +306,8 @@ def test_l1_selection_sheet_alternatives_follow_s6_and_label_estimates() -> None
     bf16 = _row(sheet, "bf16 autocast")
     assert bf16["activation_bytes"] == int(MODEL.activation_bytes(8, 1024) / 2)
     assert "scaled to bf16" in bf16["estimate"]
+    on_cpu = _row(_sheet(measured_on="cpu"), "configured")
+    assert on_cpu["estimate"] == "activations measured as CPU RSS, not by a GPU allocator"
     assert bf16["fits"]["T4"]["sentence"] == "T4 has no bf16"
     ddp, fsdp = _row(sheet, "DDP x 2 GPUs"), _row(sheet, "FSDP x 2 GPUs")
     configured = _row(sheet, "configured")

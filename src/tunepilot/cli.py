@@ -237,6 +237,103 @@ def data_show(
 
 
 # ---------------------------------------------------------------------------------------------
+# experiments: baseline, run, resume, runs, note
+# ---------------------------------------------------------------------------------------------
+
+
+def _workspace(args: list[str] | None):
+    from tunepilot.workspace import Workspace
+
+    path, overrides = _split_campaign_args(args)
+    return Workspace.open(path, overrides)
+
+
+@app.command()
+def baseline(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
+    """Evaluate the starting model on the validation split before any training (H3) and fix
+    the hypothesis in the ledger (H1). Predictions per example are kept.
+
+    Example: tunepilot baseline campaign.yaml
+    """
+    from tunepilot import run_flow
+
+    _run(lambda: run_flow.baseline(_workspace(args), as_json))
+
+
+@app.command("run")
+def run_command(
+    args: CampaignArgs = None,
+    variant: Annotated[
+        list[str] | None, typer.Option("--variant", "-v", help="Variant(s) to run; default all.")
+    ] = None,
+    seeds: Annotated[
+        str | None, typer.Option(help="Comma-separated seeds; default the campaign's.")
+    ] = None,
+    stop_after: Annotated[
+        int | None,
+        typer.Option("--stop-after", help="Pause each run after N updates (resume later)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Train variants x seeds; every run gets an id, a folder and a ledger line (V1-V6).
+
+    Examples:
+
+      tunepilot run campaign.yaml
+
+      tunepilot run campaign.yaml --variant control --variant lr-2e-4 --seeds 0,1
+    """
+    from tunepilot import run_flow
+
+    _run(lambda: run_flow.run(_workspace(args), variant, seeds, stop_after, as_json))
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to continue, e.g. control-s0-1.")],
+    args: CampaignArgs = None,
+    stop_after: Annotated[
+        int | None, typer.Option("--stop-after", help="Pause again after N updates in all.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Continue a run from its latest checkpoint in this new process: same step, lr, data
+    position and generators, so the curve continues exactly (R1).
+
+    Example: tunepilot resume control-s0-1 campaign.yaml
+    """
+    from tunepilot import run_flow
+
+    _run(lambda: run_flow.resume(_workspace(args), run_id, stop_after, as_json))
+
+
+@app.command()
+def runs(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
+    """List every run of the campaign with its status and reason, failures included (V3).
+
+    Example: tunepilot runs campaign.yaml --json
+    """
+    from tunepilot import run_flow
+
+    _run(lambda: run_flow.list_runs(_workspace(args), as_json))
+
+
+@app.command()
+def note(
+    text: Annotated[str, typer.Argument(help="The decision or observation.")],
+    args: CampaignArgs = None,
+    run_id: Annotated[str | None, typer.Option("--run", help="Attach it to a run.")] = None,
+) -> None:
+    """Write a timestamped entry in the campaign notebook (L4).
+
+    Example: tunepilot note "lr 2e-4 diverges after warmup; keep 1e-4" campaign.yaml
+    """
+    from tunepilot import run_flow
+
+    _run(lambda: run_flow.note(_workspace(args), text, run_id))
+
+
+# ---------------------------------------------------------------------------------------------
 # demo
 # ---------------------------------------------------------------------------------------------
 

@@ -383,28 +383,34 @@ class MemoryProbe:
         self._active = name
         try:
             c.start(name)
-            c.synchronize()
             start = time.perf_counter()
             try:
                 yield record
             except BaseException as exc:
                 record.error = f"{type(exc).__name__}: {exc}"[:500]
                 record.out_of_memory = is_out_of_memory(exc)
+                try:
+                    self._close(record, start)
+                except Exception as secondary:
+                    # The phase's own error matters more: a failed read must not mask it.
+                    record.flags.append(f"memory not read after the error: {secondary}")
+                    self.records.append(record)
                 raise
-            else:
-                record.completed = True
-            finally:
-                # The clock is read only after the device finished the phase's work.
-                c.synchronize()
-                record.duration_s = time.perf_counter() - start
-                readings, flags = c.finish()
-                record.readings, record.flags = readings, flags
-                self.records.append(record)
+            record.completed = True
+            self._close(record, start)
         finally:
             abort = getattr(c, "abort", None)
             if abort is not None:
                 abort()
             self._active = None
+
+    def _close(self, record: PhaseMemory, start: float) -> None:
+        """Synchronise, then read the clock and the peaks, then keep the record."""
+        self.counters.synchronize()  # the phase's queued work counts in its time and peak
+        record.duration_s = time.perf_counter() - start
+        record.readings, flags = self.counters.finish()
+        record.flags.extend(flags)
+        self.records.append(record)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -16,19 +16,21 @@ Pure Python + numpy: no torch here, the measurements come from the memory probe.
 
 from __future__ import annotations
 
-import itertools
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from tunepilot.errors import InputError, Problem, input_error
-from tunepilot.measure.memory import MemoryProbe, human_bytes
+from tunepilot.measure.memory import human_bytes
 from tunepilot.pilot.catalog import GpuCard
+from tunepilot.pilot.memory_model import (  # noqa: F401  (re-exported: one import for the sheet)
+    HoldoutCheck,
+    MemoryModel,
+    fit_memory_model,
+    holdout_error,
+    measure_memory_grid,
+)
 from tunepilot.train.arithmetic import plan_updates
-from tunepilot.verdict import Verdict
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # Optimizer state per trainable parameter, kept in fp32: AdamW = exp_avg + exp_avg_sq.
@@ -110,138 +112,6 @@ def static_bytes(
 # --------------------------------------------------------------------------------------------
 
 Point = tuple[int, int, float]  # (microbatch, length, peak bytes)
-
-
-@dataclass
-class MemoryModel:
-    """peak = fixed + a x (mb x len) + b x (mb x len^2), coefficients >= 0."""
-
-    fixed: float
-    per_token: float  # a
-    per_token_length: float  # b
-    points: list[Point] = field(default_factory=list)
-    identifiable: bool = True  # False when the grid cannot separate the terms
-    max_fit_error: float = 0.0  # largest relative residual on the fitted points
-
-    def activation_bytes(self, microbatch: int, length: int) -> float:
-        tokens = microbatch * length
-        return self.per_token * tokens + self.per_token_length * tokens * length
-
-    def predict(self, microbatch: int, length: int) -> float:
-        return self.fixed + self.activation_bytes(microbatch, length)
-
-    def sentence(self) -> str:
-        return (
-            f"peak = {human_bytes(self.fixed)} + {self.per_token:.0f} B x tokens + "
-            f"{self.per_token_length:.3g} B x tokens x length, fitted on {len(self.points)} "
-            f"points (largest residual {self.max_fit_error:.1%})"
-            + ("" if self.identifiable else "; the grid cannot separate the terms: vary length")
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "sentence": self.sentence()}
-
-
-def fit_memory_model(points: Sequence[Point]) -> MemoryModel:
-    """Non-negative least squares, exact: with three terms every subset of columns is tried
-    and the best feasible one kept (the NNLS optimum is the plain least-squares solution on
-    its own support), so no scipy is needed. Columns are scaled for conditioning."""
-    if len(points) < 2:
-        raise input_error("plan.grid", f"{len(points)} measured point(s)", "measure at least 3")
-    pts = [(int(mb), int(n), float(p)) for mb, n, p in points]
-    design = np.array([[1.0, mb * n, mb * n * n] for mb, n, _ in pts])
-    target = np.array([p for _, _, p in pts])
-    scale = np.abs(design).max(axis=0)
-    scaled = design / scale
-    best: tuple[float, np.ndarray] | None = None
-    for k in range(1, 4):
-        for cols in itertools.combinations(range(3), k):
-            coef, *_ = np.linalg.lstsq(scaled[:, cols], target, rcond=None)
-            if (coef < 0).any():
-                continue
-            full = np.zeros(3)
-            full[list(cols)] = coef
-            residual = float(np.sum((scaled @ full - target) ** 2))
-            if best is None or residual < best[0] - 1e-12 * max(1.0, residual):
-                best = (residual, full)
-    if best is None:  # only when every target is negative: nothing sensible to fit
-        raise input_error("plan.grid", "negative peaks", "measure absolute peaks, not deltas")
-    fixed, a, b = (best[1] / scale).tolist()
-    model = MemoryModel(fixed, a, b, pts, identifiable=np.linalg.matrix_rank(scaled) == 3)
-    rel = [abs(model.predict(mb, n) - p) / p for mb, n, p in pts if p > 0]
-    model.max_fit_error = max(rel, default=0.0)
-    return model
-
-
-@dataclass(frozen=True)
-class HoldoutCheck:
-    """The memory model fitted without one grid point, then asked to predict it."""
-
-    microbatch: int
-    length: int
-    measured: float
-    predicted: float
-    relative_error: float  # |predicted - measured| / measured peak
-    activation_error: float  # the same error over the measured activation part (stricter)
-    goal: float
-    verdict: Verdict
-    sentence: str
-
-
-def holdout_error(
-    points: Sequence[Point], holdout: int | tuple[int, int] = -1, goal: float = 0.10
-) -> HoldoutCheck:
-    """Fit on every point but `holdout` (an index or a (microbatch, length)) and predict it."""
-    if isinstance(holdout, tuple):
-        idx = [i for i, (mb, n, _) in enumerate(points) if (mb, n) == holdout]
-        if not idx:
-            raise input_error("plan.holdout", f"{holdout} was not measured", "pick a grid point")
-        index = idx[0]
-    else:
-        index = holdout % len(points)
-    mb, n, measured = points[index]
-    model = fit_memory_model([p for i, p in enumerate(points) if i != index])
-    predicted = model.predict(mb, n)
-    err = abs(predicted - measured) / measured if measured > 0 else math.inf
-    act = abs(predicted - measured) / max(measured - model.fixed, 1.0)
-    verdict = Verdict.PASS if err <= goal else Verdict.WARN
-    sentence = (
-        f"fitted on {len(points) - 1} points, the model predicts {human_bytes(predicted)} at "
-        f"microbatch {mb} x length {n} where {human_bytes(measured)} was measured: error "
-        f"{err:.1%} of the peak (goal <= {goal:.0%}), {act:.1%} of its activation part"
-    )
-    if verdict is Verdict.WARN:
-        sentence += "; measure more grid points before trusting the fit"
-    return HoldoutCheck(mb, n, measured, predicted, err, act, goal, verdict, sentence)
-
-
-def measure_memory_grid(
-    run_step: Callable[[int, int], Any],
-    grid: Sequence[tuple[int, int]],
-    probe: MemoryProbe,
-    counter: str | None = None,
-    warmup: bool = True,
-) -> list[Point]:
-    """Absolute peaks of `run_step(microbatch, length)` at each grid point.
-
-    Smallest shapes first: freed heap stays resident on CPU, so a large shape measured
-    before a small one would inflate the small one's peak. One unmeasured warm-up step first
-    allocates the optimizer state, so every point sees the steady fixed part (S4).
-    `counter` defaults to `reserved` on a GPU (what the card must hold) and `rss` on CPU.
-    """
-    name = counter or ("rss" if probe.counters.kind == "cpu" else "reserved")
-    ordered = sorted(grid, key=lambda s: (s[0] * s[1], s[1]))
-    if warmup and ordered:
-        run_step(*ordered[0])
-    points: list[Point] = []
-    for mb, n in ordered:
-        with probe.phase(f"grid mb={mb} len={n}") as record:
-            run_step(mb, n)
-        peak = record.peak_bytes(name)
-        if peak is None:
-            raise input_error("plan.counter", f"no `{name}` reading", f"use {record.counters}")
-        points.append((mb, n, float(peak)))
-    return points
 
 
 def updates_sheet(
@@ -387,12 +257,16 @@ def selection_sheet(
     overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
     gpu: str | None = None,
     gpu_counts: Sequence[int] = (2, 4, 8),
+    measured_on: str = "cpu",
 ) -> dict[str, Any]:
     """L1: the sheet for the configured shape and its alternatives on every card.
 
     Predicted peak per GPU = static bytes (divided by world size under FSDP) + activations
-    from the fitted model (scaled to the precision) + `overhead_bytes`. The memory model is
-    taken as measured at the configured checkpointing and `measured_precision`.
+    from the fitted model (scaled to the precision) + `overhead_bytes`. The fitted fixed part
+    is reported but not used: it holds the measuring machine's runtime (the whole process on
+    CPU), while the bytes model holds on any card. The memory model is
+    taken as measured at the configured checkpointing and `measured_precision`, on
+    `measured_on` ("cpu" or a card name): a CPU-measured row is labelled an estimate.
     `stack_checked`: the environment and step gates passed; a row is recommended only then,
     and only on a card of `checked_backend` (L2, B1: another backend means another pilot).
     """
@@ -408,6 +282,8 @@ def selection_sheet(
         # FSDP shards weights, gradients and optimizer state; DDP keeps a full replica each.
         per_gpu = static.total // shape.world_size if shape.strategy == "fsdp" else static.total
         factor, why = _activation_scale(shape, measured_precision, activation_checkpointing)
+        if measured_on == "cpu":
+            why.insert(0, "activations measured as CPU RSS, not by a GPU allocator")
         act = memory_model.activation_bytes(shape.microbatch, max_length) * factor
         peak = per_gpu + act + overhead_bytes
         replicas = shape.world_size if shape.strategy in ("ddp", "fsdp") else 1
@@ -436,6 +312,7 @@ def selection_sheet(
         "min_headroom": min_headroom, "rows": rows, "candidate": candidate,
         "recommendation": recommendation, "recommendation_sentence": why,
         "stack_checked": stack_checked, "checked_backend": checked_backend,
+        "measured_on": measured_on,
         "assumptions": [
             f"{human_bytes(overhead_bytes)} per GPU for the CUDA context and allocator cache",
             "weights stay fp32 under bf16/fp16 autocast (tunepilot's loop)",
