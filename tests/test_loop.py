@@ -244,8 +244,15 @@ def test_b3_two_gloo_replicas_x_accumulation_3_match_one_process_x_6(
             "pad_id": pad, "mode": mode, "run_dir": str(tmp_path / "two"),
             "settings": common | {"accumulation": 3}}  # fmt: skip
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc_per_node=2", str(tmp_path / "child.py"), str(tmp_path / "spec.json")]
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(tmp_path / "child.py"),
+        str(tmp_path / "spec.json"),
+    ]
     done = subprocess.run(launcher, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -253,10 +260,23 @@ def test_b3_two_gloo_replicas_x_accumulation_3_match_one_process_x_6(
         lines = (run_dir / "metrics.jsonl").read_text().splitlines()
         return [json.loads(x)["loss"] for x in lines]
 
-    assert [json.loads(x)["examples"] for x in
-            (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()] == [12, 1, 12, 1]
+    assert [
+        json.loads(x)["examples"]
+        for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
+    ] == [12, 1, 12, 1]
     assert losses(tmp_path / "two") == pytest.approx(losses(reference), rel=1e-9)
     mine = load_file(str(tmp_path / "two" / "checkpoints" / "step-000004" / "model.safetensors"))
     theirs = load_file(str(reference / "checkpoints" / "step-000004" / "model.safetensors"))
     for key in theirs:
         torch.testing.assert_close(mine[key], theirs[key], rtol=1e-6, atol=1e-6, msg=key)
+
+
+def test_r1_the_lr_is_a_pure_function_of_the_update_index() -> None:
+    from tunepilot.train.schedule import lr_factor
+
+    assert [lr_factor(u, "constant", 2, 10) for u in range(4)] == [0.5, 1.0, 1.0, 1.0]
+    linear = [lr_factor(u, "linear", 0, 4) for u in range(4)]
+    assert linear == [1.0, 0.75, 0.5, 0.25]  # the last update still moves
+    assert lr_factor(2, "cosine", 0, 4) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="unknown scheduler"):
+        lr_factor(0, "step", 0, 4)

@@ -184,8 +184,11 @@ def execute_run(
         ledger.record_update(run_id, record["update"], record["loss"], lr=record["lr"])
         ledger.heartbeat(run_id, pid=os.getpid())
 
+    last_eval: list[Any] = []  # the loop always evaluates the final weights; keep that one
+
     def evaluate_point(model: Any) -> dict[str, Any]:
-        return session.evaluate(model, campaign).metrics
+        last_eval[:] = [session.evaluate(model, campaign)]
+        return last_eval[0].metrics
 
     try:
         model = session.build_model(campaign, seed)
@@ -206,7 +209,7 @@ def execute_run(
     status = LEDGER_STATUS[result.status]
     metrics: dict[str, Any] = {}
     if status == "completed":
-        final = session.evaluate(model, campaign)
+        final = last_eval[0] if last_eval else session.evaluate(model, campaign)
         metrics = final.metrics
         ledger.record_evaluation(
             run_id, "validation", final.metrics, eval_config_hash=final.config_hash,
@@ -276,3 +279,21 @@ def _pad_id(tokenizer: Any) -> int:
         if candidate is not None:
             return int(candidate)
     return 0
+
+
+def load_trained_model(session: Session, ledger: Any, run_id: str) -> tuple[Any, Campaign, Path]:
+    """Rebuild a run's model as it trained and load its latest checkpoint's weights (verified
+    against the manifest first, R4). Used by export, the sealed test and the report."""
+    from tunepilot.errors import input_error
+    from tunepilot.train.checkpoint import latest_checkpoint, load_weights
+
+    row = ledger.get_run(run_id)
+    campaign = run_campaign_for(session.ws, row.variant, row.seed)
+    run_dir = Path(row.run_dir) if row.run_dir else session.ws.runs_dir / run_id
+    folder = latest_checkpoint(run_dir)
+    if folder is None:
+        raise input_error(f"run {run_id}", f"no complete checkpoint under {run_dir}",
+                          "resume the run to its end, or pick a completed run (`tunepilot runs`)")
+    model = session.build_model(campaign, row.seed)
+    load_weights(folder, model)
+    return model, campaign, folder

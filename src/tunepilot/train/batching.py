@@ -12,7 +12,8 @@ possible:
 An update is a list of microbatches (lists of example indices). Only the last update of an
 epoch can be partial, and only its last microbatch can be short; the loop normalises the loss
 by the target count of the whole update, so a partial update is as well-defined as a full
-one (S2).
+one (S2). The two halves of that normalisation, `count_targets` (the denominator) and
+`summed_loss` (the numerator), live together at the end of this file.
 """
 
 from __future__ import annotations

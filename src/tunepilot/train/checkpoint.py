@@ -334,13 +334,13 @@ def verify_checkpoint(folder: Path) -> dict[str, Any]:
     return manifest
 
 
-def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Verify, then load weights and optimizer state in place; returns state.json.
+def load_weights(folder: Path, model: Any) -> dict[str, Any]:
+    """Verify the manifest, then load only the weights (adapter or full model) in place.
 
-    The RNG tensors are returned under `state["rng_tensors"]`; the caller restores the
-    generators last, once everything that may consume randomness is built.
+    What inference, export and the sealed test need; resuming also needs `load_checkpoint`.
+    Returns state.json.
     """
-    from safetensors.torch import load_file, load_model
+    from safetensors.torch import load_model
 
     folder = Path(folder)
     verify_checkpoint(folder)
@@ -355,7 +355,18 @@ def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer) 
         except RuntimeError as exc:  # shape mismatches; keep the first line, not the wall
             _refuse_key_mismatch(path, [], [], str(exc).strip().splitlines()[-1].strip())
         _refuse_key_mismatch(path, missing, unexpected)
+    return state
 
+
+def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Verify, then load weights and optimizer state in place; returns state.json.
+
+    The RNG tensors are returned under `state["rng_tensors"]`; the caller restores the
+    generators last, once everything that may consume randomness is built.
+    """
+    from safetensors.torch import load_file
+
+    state = load_weights(folder, model)
     tensors = load_file(str(folder / "optimizer.safetensors"))
     meta = json.loads((folder / "optimizer.json").read_text(encoding="utf-8"))
     per_param: dict[int, dict[str, Any]] = {}
