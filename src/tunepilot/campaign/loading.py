@@ -56,6 +56,24 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | dict[str, Any]) 
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that refuses a key written twice: YAML would keep the last one silently,
+    and the user would train a setting they did not see."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None,
+                    f"key `{key}` appears twice (first on line {seen[key]}); keep one",
+                    key_node.start_mark,
+                )  # fmt: skip
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def _line_index(text: str) -> dict[tuple[str, ...], int]:
     """Map each key path of a YAML mapping to its 1-based line, for error messages."""
     index: dict[tuple[str, ...], int] = {}
@@ -189,7 +207,7 @@ def load_campaign(path: str | Path, overrides: list[str] | None = None) -> Campa
             title="invalid campaign",
         ) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

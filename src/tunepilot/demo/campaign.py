@@ -25,33 +25,56 @@ def base_model_choice(folder: Path) -> tuple[str, str]:
     )
 
 
-def write_demo_campaign(folder: Path, task: str = "classification") -> Path:
-    """Write data/tickets.jsonl and campaign.yaml into `folder`; returns the campaign path."""
+def write_demo_campaign(
+    folder: Path,
+    task: str = "classification",
+    *,
+    tiny: bool = False,
+    n_conversations: int = 400,
+    overrides: dict[str, object] | None = None,
+) -> Path:
+    """Write data/tickets.jsonl and campaign.yaml into `folder`; returns the campaign path.
+
+    `tiny=True` uses a tiny model built from config and `overrides` (dotted keys) shrink the
+    budget: the shortened demo the tests run end to end in seconds.
+    """
     from tunepilot.demo.tickets import write_demo_data
 
     folder = Path(folder)
     (folder / "data").mkdir(parents=True, exist_ok=True)
-    write_demo_data(folder / "data")
+    write_demo_data(folder / "data", n_conversations=n_conversations)
     text = template_text(task).replace("{DIR}", str(folder))
     if task == "classification":
-        model, _ = base_model_choice(folder)
+        if tiny:
+            from tunepilot.tiny import build_tiny_bert
+
+            build_tiny_bert(folder / "base-model")
+            model = "base-model"
+        else:
+            model, _ = base_model_choice(folder)
         text = text.replace("name_or_path: minilm ", f"name_or_path: {model} ")
     else:
         from tunepilot.tiny import build_tiny_llama
 
         build_tiny_llama(folder / "base-model")
         text = text.replace("name_or_path: path/to/causal-lm", "name_or_path: base-model")
+    if overrides:
+        text = _with_overrides(text, overrides)
     path = folder / "campaign.yaml"
     path.write_text(text, encoding="utf-8")
     return path
 
 
-def run_demo(folder: Path, task: str = "classification") -> int:
-    from tunepilot.console import console
-    from tunepilot.data_flow import audit_workspace
-    from tunepilot.workspace import Workspace
+def _with_overrides(text: str, overrides: dict[str, object]) -> str:
+    """The template with dotted overrides applied; its leading "Run me" comments are kept."""
+    import yaml
 
-    path = write_demo_campaign(Path(folder), task)
-    console.print(f"demo campaign written to [bold]{path}[/]")
-    ws = Workspace.open(path)
-    return audit_workspace(ws, as_json=False)
+    from tunepilot.campaign import apply_overrides
+
+    raw = apply_overrides(yaml.safe_load(text), dict(overrides))
+    leading = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        leading.append(line)
+    return "\n".join(leading) + "\n" + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)

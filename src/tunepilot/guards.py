@@ -1,0 +1,204 @@
+"""Guards: what must not degrade while the headline metric goes up (H2).
+
+A variant that lifts macro-F1 by sinking one class is not an improvement for the people whose
+tickets land in that class, and a mean hides exactly that. So classification guards are judged
+*per class* (every failing class is named with its numbers), against fixed floors and against
+two references: the starting model (baseline, H3) and the control. Extraction and format guards
+are rates a user can read: JSON that parses, JSON that matches the schema, required fields that
+are present.
+
+Input is the metrics dict `evaluate()` produces (tasks/metrics.py); nothing here needs a model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunepilot.campaign import Campaign
+from tunepilot.verdict import Finding, Verdict
+
+EPS = 1e-9  # a drop exactly at the tolerance is allowed; float noise must not fail a guard
+
+# (metrics key, ExtractionGuards attribute, words for the sentence)
+RATE_GUARDS = (
+    ("json_validity", "json_validity_min", "outputs parse as a JSON object"),
+    ("schema_validity", "schema_validity_min", "outputs match the target schema"),
+    ("required_field_presence", "required_field_presence_min", "outputs carry every required field"),
+)
+
+
+def check_guards(
+    campaign: Campaign,
+    metrics: dict[str, Any],
+    baseline_metrics: dict[str, Any] | None,
+    control_metrics: dict[str, Any] | None,
+) -> list[Finding]:
+    """Every guard of the campaign's hypothesis on `metrics`, one Finding per guard (H2).
+
+    `baseline_metrics` / `control_metrics` are the references a class may not drop below by
+    more than `max_class_drop`; pass None when there is none (judging the control itself, or no
+    comparable baseline): the vs-baseline guard then WARNs that it could not be judged, the
+    vs-control guard is simply not part of the list.
+    """
+    if campaign.hypothesis.task == "classification":
+        return classification_guards(campaign, metrics, baseline_metrics, control_metrics)
+    return format_guards(campaign, metrics)
+
+
+# --------------------------------------------------------------------------------------------
+# classification: per class, never only the mean
+# --------------------------------------------------------------------------------------------
+
+
+def classification_guards(
+    campaign: Campaign,
+    metrics: dict[str, Any],
+    baseline_metrics: dict[str, Any] | None,
+    control_metrics: dict[str, Any] | None,
+) -> list[Finding]:
+    g = campaign.hypothesis.classification_guards
+    per_class = _per_class(metrics, g.metric)
+    findings = [_floors(per_class, g.metric, g.per_class_floor, g.class_floors)]
+    if baseline_metrics is None:
+        findings.append(
+            Finding(
+                "guard: class drop vs baseline",
+                Verdict.WARN,
+                "not judged: no comparable baseline evaluation; run `tunepilot baseline` so "
+                "every class is checked against the starting model (H3)",
+                "H2, H3",
+            )
+        )
+    else:
+        findings.append(
+            _drops(per_class, _per_class(baseline_metrics, g.metric), g.metric,
+                   g.max_class_drop, "baseline")
+        )  # fmt: skip
+    if control_metrics is not None:
+        findings.append(
+            _drops(per_class, _per_class(control_metrics, g.metric), g.metric,
+                   g.max_class_drop, "control")
+        )  # fmt: skip
+    return findings
+
+
+def _per_class(metrics: dict[str, Any], metric: str) -> dict[str, tuple[float, int]]:
+    """{class: (metric value, support)} from an evaluation's `per_class` block."""
+    block = metrics.get("per_class")
+    if not isinstance(block, dict):
+        raise ValueError("classification metrics without a `per_class` block: per-class guards "
+                         "need the per-class numbers evaluate() produces (H2)")  # fmt: skip
+    return {
+        str(name): (float(row[metric]), int(row.get("support", 0))) for name, row in block.items()
+    }
+
+
+def _label(metric: str) -> str:
+    return {"f1": "F1", "precision": "precision", "recall": "recall"}[metric]
+
+
+def _floors(
+    per_class: dict[str, tuple[float, int]],
+    metric: str,
+    floor: float | None,
+    class_floors: dict[str, float],
+) -> Finding:
+    """Every class with examples in this split must reach its floor (class_floors overrides)."""
+    check = f"guard: class {_label(metric)} floor"
+    if floor is None and not class_floors:
+        return Finding(check, Verdict.PASS, "no per-class floor set (per_class_floor, "
+                       "class_floors); classes are judged by their drop only", "H2")  # fmt: skip
+    failing: list[str] = []
+    judged = 0
+    for name, (value, support) in per_class.items():
+        bound = class_floors.get(name, floor)
+        if bound is None or support == 0:
+            continue  # a class absent from this split has no F1 to judge
+        judged += 1
+        if value + EPS < bound:
+            failing.append(f"class `{name}` {_label(metric)} {value:.2f} < floor {bound:.2f}")
+    unknown = sorted(set(class_floors) - set(per_class))
+    details = {"failing": failing, "unknown_classes": unknown, "judged": judged}
+    if failing:
+        return Finding(check, Verdict.FAIL, "; ".join(failing) + ": this class got worse than "
+                       "the hypothesis allows; do not adopt", "H2", [f.split("`")[1] for f in
+                       failing], details)  # fmt: skip
+    if unknown:
+        return Finding(check, Verdict.WARN, f"class_floors names {', '.join(unknown)}, absent "
+                       "from this evaluation: fix the class name in hypothesis.classification_"
+                       "guards.class_floors", "H2", unknown, details)  # fmt: skip
+    return Finding(check, Verdict.PASS, f"all {judged} classes reach their floor", "H2",
+                   details=details)  # fmt: skip
+
+
+def _drops(
+    per_class: dict[str, tuple[float, int]],
+    reference: dict[str, tuple[float, int]],
+    metric: str,
+    tolerance: float,
+    ref_name: str,
+) -> Finding:
+    """No class may lose more than `tolerance` against the reference (absolute metric)."""
+    check = f"guard: class drop vs {ref_name}"
+    failing: list[str] = []
+    worst: tuple[float, str] | None = None
+    for name, (value, support) in per_class.items():
+        if name not in reference or (support == 0 and reference[name][1] == 0):
+            continue
+        ref = reference[name][0]
+        drop = ref - value
+        if worst is None or drop > worst[0]:
+            worst = (drop, name)
+        if drop > tolerance + EPS:
+            failing.append(
+                f"class `{name}` {_label(metric)} {value:.2f} < {ref_name} {ref:.2f} - "
+                f"{tolerance:.2f}"
+            )
+    details = {"failing": failing, "tolerance": tolerance, "reference": ref_name}
+    if failing:
+        return Finding(check, Verdict.FAIL, "; ".join(failing), "H2",
+                       [f.split("`")[1] for f in failing], details)  # fmt: skip
+    if worst is None:
+        return Finding(check, Verdict.WARN, f"no class in common with the {ref_name}: nothing "
+                       "to judge; check that both evaluations use the same labels", "H2",
+                       details=details)  # fmt: skip
+    sentence = (
+        f"no class drops more than {tolerance:.2f} {_label(metric)} vs the {ref_name} "
+        f"(largest change: `{worst[1]}` {-worst[0]:+.2f})"
+    )
+    return Finding(check, Verdict.PASS, sentence, "H2", details=details)
+
+
+# --------------------------------------------------------------------------------------------
+# extraction and format: rates against their minimums
+# --------------------------------------------------------------------------------------------
+
+
+def format_guards(campaign: Campaign, metrics: dict[str, Any]) -> list[Finding]:
+    """JSON validity, schema validity and required-field presence vs the campaign's minimums."""
+    g = campaign.hypothesis.extraction_guards
+    findings: list[Finding] = []
+    for key, attr, words in RATE_GUARDS:
+        if key not in metrics:
+            continue
+        rate, minimum = float(metrics[key]), float(getattr(g, attr))
+        n = metrics.get("n")
+        count = f" ({round(rate * n)}/{n})" if isinstance(n, int) and n else ""
+        check = f"guard: {key.replace('_', ' ')}"
+        details = {"rate": rate, "minimum": minimum}
+        if key == "schema_validity" and metrics.get("schema_checked") is False:
+            details["note"] = "no target_schema: equals json_validity"
+        if rate + EPS < minimum:
+            sentence = (
+                f"{rate:.1%}{count} of {words}, below the minimum {minimum:.1%} "
+                f"(hypothesis.extraction_guards.{attr}); do not adopt"
+            )
+            findings.append(Finding(check, Verdict.FAIL, sentence, "H2", details=details))
+        else:
+            sentence = f"{rate:.1%}{count} of {words} (minimum {minimum:.1%})"
+            findings.append(Finding(check, Verdict.PASS, sentence, "H2", details=details))
+    if not findings:
+        findings.append(Finding("guard: format", Verdict.WARN, "this evaluation has no format "
+                                "rate (json_validity ...) to judge; the format task is judged by "
+                                "its headline metric only", "H2"))  # fmt: skip
+    return findings
