@@ -23,7 +23,7 @@ EPS = 1e-9  # a drop exactly at the tolerance is allowed; float noise must not f
 RATE_GUARDS = (
     ("json_validity", "json_validity_min", "outputs parse as a JSON object"),
     ("schema_validity", "schema_validity_min", "outputs match the target schema"),
-    ("required_field_presence", "required_field_presence_min", "outputs carry every required field"),
+    ("required_field_presence", "required_field_presence_min", "outputs carry all required fields"),
 )
 
 

@@ -74,7 +74,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _line_index(text: str) -> dict[tuple[str, ...], int]:
+def key_lines(text: str) -> dict[tuple[str, ...], int]:
     """Map each key path of a YAML mapping to its 1-based line, for error messages."""
     index: dict[tuple[str, ...], int] = {}
 
@@ -179,7 +179,7 @@ def validate_mapping(raw: Any, source: str = "campaign", text: str | None = None
     try:
         return Campaign.model_validate(raw)
     except ValidationError as exc:
-        lines = _line_index(text) if text else {}
+        lines = key_lines(text) if text else {}
         problems = list(dict.fromkeys(_problem_from_error(e, source, lines) for e in exc.errors()))
         raise InputError(problems, title=f"invalid campaign {source}") from None
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tunepilot.campaign.loading import key_lines
 from tunepilot.errors import InputError, Problem, input_error
 from tunepilot.measure.memory import human_bytes
 from tunepilot.verdict import Verdict
@@ -117,27 +118,6 @@ def default_catalog_path() -> Path:
     return Path(str(files("tunepilot").joinpath("catalog", "gpus.yaml")))
 
 
-def _key_lines(text: str) -> dict[tuple[str, ...], int]:
-    """1-based line of each key path in the YAML text, for error messages."""
-    index: dict[tuple[str, ...], int] = {}
-
-    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                child = (*path, str(key_node.value))
-                index[child] = key_node.start_mark.line + 1
-                walk(value_node, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                index[(*path, str(i))] = item.start_mark.line + 1
-                walk(item, (*path, str(i)))
-
-    root = yaml.compose(text)
-    if root is not None:
-        walk(root, ())
-    return index
-
-
 def _problem(err: dict[str, Any], source: str, lines: dict[tuple[str, ...], int]) -> Problem:
     loc = tuple(str(p) for p in err["loc"])
     key = ".".join(loc) or "(top level)"
@@ -170,7 +150,7 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     try:
         return Catalog.model_validate(raw)
     except ValidationError as exc:
-        lines = _key_lines(text)
+        lines = key_lines(text)
         problems = list(dict.fromkeys(_problem(e, str(source), lines) for e in exc.errors()))
         raise InputError(problems, title=f"invalid GPU catalog {source}") from None
 

@@ -1,0 +1,495 @@
+"""Variants against their control, over every seed, ending in a decision (V2, V3, V5-V7, H2).
+
+Read from the ledger only: per variant its runs by seed with their status, the final validation
+evaluation of each completed run, the mean and standard deviation of the headline metrics over
+*all* seeds (V6: never the best one), a paired bootstrap confidence interval of the difference
+to the control on per-example predictions, per-class (or per-field) deltas, and the guards
+against the baseline and the control (H2). Runs that diverged, were interrupted, failed or were
+declared invalid keep their line with the reason (V3). A run evaluated under another
+evaluation config or data version is not compared, and the line says why (V2).
+
+The decision adopts a variant only when its interval lies above 0 and its guards pass;
+otherwise the control stays, which is a result, not a failure (V7).
+
+Why a pooled statistic for the interval: with several seeds each example's contribution is
+averaged over the paired seeds, then the headline metric (macro-F1, field token F1, ...) is
+recomputed on every resample of examples from those pooled contributions. The same resampled
+examples are used for both sides (paired), so example difficulty cancels out.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunepilot.campaign import Campaign
+from tunepilot.campaign.variants import CONTROL
+from tunepilot.guards import check_guards
+from tunepilot.verdict import Finding, Verdict
+
+HEADLINES = {
+    "classification": ("macro_f1", "accuracy"),
+    "extraction": ("field_token_f1_macro", "required_field_presence", "json_validity"),
+    "format": ("token_f1", "exact_match"),
+}
+RESAMPLES, BOOTSTRAP_SEED, LEVEL = 2000, 0, 0.95
+
+
+@dataclass
+class RunLine:
+    """One run as the comparison sees it; `excluded` says why it is not in the numbers."""
+
+    run_id: str
+    variant: str
+    seed: int
+    status: str
+    reason: str
+    retry_of: str | None = None
+    evaluation_id: int | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    excluded: str | None = None
+
+
+@dataclass
+class VariantResult:
+    name: str
+    runs: list[RunLine]
+    summary: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> mean, std, values
+    ci: dict[str, Any] | None = None
+    deltas: dict[str, dict[str, float]] = field(default_factory=dict)  # vs_control / vs_baseline
+    guards: list[Finding] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)  # why it cannot be adopted
+
+    @property
+    def used(self) -> list[RunLine]:
+        return [r for r in self.runs if r.excluded is None]
+
+
+@dataclass
+class Comparison:
+    campaign: str
+    task: str
+    metric: str
+    variants: list[VariantResult]
+    notes: list[str] = field(default_factory=list)
+    reference: dict[str, Any] = field(default_factory=dict)
+    decision: str = ""
+    adopted: str | None = None
+    comparable: bool = True  # False: nothing to compare (no completed control)
+
+    def to_json(self) -> dict[str, Any]:
+        def variant(v: VariantResult) -> dict[str, Any]:
+            return {
+                "name": v.name, "summary": v.summary, "ci": v.ci, "deltas": v.deltas,
+                "guards": [f.to_json() for f in v.guards], "blocked": v.blocked,
+                "runs": [vars(r) for r in v.runs],
+            }  # fmt: skip
+
+        return {
+            "campaign": self.campaign, "task": self.task, "metric": self.metric,
+            "reference": self.reference, "notes": self.notes, "decision": self.decision,
+            "adopted": self.adopted, "comparable": self.comparable,
+            "variants": [variant(v) for v in self.variants],
+        }  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# reading the ledger
+# --------------------------------------------------------------------------------------------
+
+
+def compare_campaign(
+    ws: Any, *, resamples: int = RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> Comparison:
+    """The comparison of a campaign folder's ledger (see `compare_ledger`)."""
+    from tunepilot.ledger import Ledger
+
+    with Ledger.open(ws.ledger_path) as ledger:
+        return compare_ledger(ws.campaign, ledger, resamples=resamples, seed=seed)
+
+
+def compare_ledger(
+    campaign: Campaign, ledger: Any, *, resamples: int = RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> Comparison:
+    from tunepilot.ledger import BASELINE
+
+    task = campaign.hypothesis.task
+    cmp = Comparison(campaign.name, task, HEADLINES[task][0], [])
+    lines = [_line(ledger, r) for r in ledger.list_runs()]
+    names = list(dict.fromkeys([CONTROL, *campaign.variants, *(x.variant for x in lines)]))
+    cmp.variants = [VariantResult(n, [x for x in lines if x.variant == n]) for n in names]
+    control = cmp.variants[0]
+    evaluated = [x for x in control.runs if x.excluded is None]
+    if not evaluated:
+        cmp.comparable = False
+        cmp.decision = (
+            "Nothing to compare: the control has no completed run with a validation "
+            "evaluation; run it first (`tunepilot run --variant control`)."
+        )
+        return cmp
+    ref = max(evaluated, key=lambda x: x.evaluation_id or 0)
+    ref_eval = _evaluation(ledger, ref)
+    cmp.reference = {"run": ref.run_id, "eval_config_hash": ref_eval.eval_config_hash,
+                     "data_version": ref_eval.data_version}  # fmt: skip
+    for v in cmp.variants:
+        _exclude_incomparable(ledger, v, ref_eval)
+    baseline_evals = ledger.evaluations(run_id=BASELINE, split="validation")
+    baseline = None
+    if not baseline_evals:
+        cmp.notes.append("no baseline evaluation: guards vs the starting model are not judged; "
+                         "run `tunepilot baseline` (H3)")  # fmt: skip
+    else:
+        b = baseline_evals[-1]
+        why = _incomparable(b.eval_config_hash, b.data_version, ref_eval)
+        if why:
+            cmp.notes.append(f"the baseline is not compared: {why}")
+        else:
+            baseline = b.metrics
+    for v in cmp.variants:
+        _summarise(campaign, v, baseline)
+    control_mean = _mean_metrics([x.metrics for x in control.used])
+    control.guards = check_guards(campaign, control_mean, baseline, None)
+    for v in cmp.variants[1:]:
+        if not v.used:
+            continue
+        mean = _mean_metrics([x.metrics for x in v.used])
+        v.guards = check_guards(campaign, mean, baseline, control_mean)
+        v.deltas["vs_control"] = _deltas(campaign, mean, control_mean)
+        v.ci = _interval(ledger, task, control, v, resamples, seed)
+    _decide(cmp)
+    return cmp
+
+
+def _line(ledger: Any, r: Any) -> RunLine:
+    line = RunLine(r.id, r.variant, r.seed, r.status, r.reason or "", r.retry_of)
+    if r.status != "completed":
+        line.excluded = f"{r.status}: {r.reason}" if r.reason else r.status
+        return line
+    evals = ledger.evaluations(run_id=r.id, split="validation")
+    if not evals:
+        line.excluded = "completed, but no validation evaluation in the ledger"
+        return line
+    line.evaluation_id, line.metrics = evals[-1].id, evals[-1].metrics
+    return line
+
+
+def _evaluation(ledger: Any, line: RunLine) -> Any:
+    return next(e for e in ledger.evaluations(run_id=line.run_id) if e.id == line.evaluation_id)
+
+
+def _incomparable(eval_hash: str, data_version: str, ref: Any) -> str | None:
+    """Why an evaluation cannot be set next to the reference's (V2), or None."""
+    if eval_hash != ref.eval_config_hash:
+        return (
+            f"evaluated with eval config {eval_hash} but the control ({ref.run_id}) with "
+            f"{ref.eval_config_hash}: another split, batch, decoding or metric set, so the "
+            "numbers do not mean the same thing (V2); run it again under this campaign"
+        )
+    if data_version != ref.data_version:
+        return (
+            f"data version {data_version} but the control ({ref.run_id}) used "
+            f"{ref.data_version}: other examples (D1, V2); run it again on this data"
+        )
+    return None
+
+
+def _exclude_incomparable(ledger: Any, v: VariantResult, ref: Any) -> None:
+    """Mark runs under another eval config / data version, and older repeats of a seed."""
+    latest: dict[int, RunLine] = {}
+    for x in v.used:
+        e = _evaluation(ledger, x)
+        why = _incomparable(e.eval_config_hash, e.data_version, ref)
+        if why:
+            x.excluded = f"not compared: {why}"
+            continue
+        if x.seed in latest:  # the later completed run of a seed counts; the earlier is listed
+            latest[x.seed].excluded = f"superseded by {x.run_id}, a later run of this seed"
+        latest[x.seed] = x
+    seeds = {x.seed for x in v.runs}
+    missing = sorted(seeds - set(latest))
+    for s in missing:
+        last = [x for x in v.runs if x.seed == s][-1]
+        v.blocked.append(f"seed {s} has no comparable completed run ({last.excluded})")
+
+
+def _summarise(campaign: Campaign, v: VariantResult, baseline: dict[str, Any] | None) -> None:
+    """Mean and standard deviation over every used seed (V6), and deltas vs the baseline."""
+    used = v.used
+    for key in HEADLINES[campaign.hypothesis.task]:
+        values = {str(x.seed): float(x.metrics[key]) for x in used
+                  if isinstance(x.metrics.get(key), int | float)}  # fmt: skip
+        v.summary[key] = {
+            "mean": statistics.fmean(values.values()) if values else None,
+            "std": statistics.stdev(values.values()) if len(values) > 1 else None,
+            "values": values,  # every seed, never only the best (V6)
+        }
+    if used and baseline is not None:
+        v.deltas["vs_baseline"] = _deltas(campaign, _mean_metrics([x.metrics for x in used]),
+                                          baseline)  # fmt: skip
+
+
+def _mean_metrics(all_metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """Seed-averaged metrics, nested blocks (per_class, per_field) included."""
+    if not all_metrics:
+        return {}
+    out: dict[str, Any] = {}
+    for key, first in all_metrics[0].items():
+        values = [m.get(key) for m in all_metrics]
+        if all(isinstance(x, dict) for x in values):
+            out[key] = _mean_metrics(values)
+        elif all(isinstance(x, int | float) and not isinstance(x, bool) for x in values):
+            out[key] = statistics.fmean(values)
+        else:
+            out[key] = first
+    return out
+
+
+def _deltas(campaign: Campaign, metrics: dict[str, Any], ref: dict[str, Any]) -> dict[str, float]:
+    """Per class (guard metric) or per field (token F1): metrics minus reference."""
+    if campaign.hypothesis.task == "classification":
+        block, key = "per_class", campaign.hypothesis.classification_guards.metric
+    else:
+        block, key = "per_field", "token_f1"
+    mine, theirs = metrics.get(block) or {}, ref.get(block) or {}
+    return {n: mine[n][key] - theirs[n][key] for n in mine if n in theirs and key in mine[n]}
+
+
+# --------------------------------------------------------------------------------------------
+# the paired bootstrap on per-example predictions
+# --------------------------------------------------------------------------------------------
+
+
+def _interval(ledger: Any, task: str, control: VariantResult, v: VariantResult,
+              resamples: int, seed: int) -> dict[str, Any] | None:  # fmt: skip
+    """The CI of (variant - control) on the headline metric over the seeds both completed."""
+    by_seed = {x.seed: x for x in control.used}
+    pairs = [(by_seed[x.seed], x) for x in v.used if x.seed in by_seed]
+    if not pairs:
+        v.blocked.append(f"no seed in common with the control (control seeds "
+                         f"{sorted(by_seed)}); run both on the same seeds (V6)")  # fmt: skip
+        return None
+    preds = {x.run_id: {p.example_id: p for p in ledger.predictions(x.evaluation_id)}
+             for pair in pairs for x in pair}  # fmt: skip
+    ids = sorted(set.intersection(*(set(p) for p in preds.values())))
+    if not ids:
+        v.blocked.append("no example predictions in common with the control")
+        return None
+    scorer = make_scorer(task, [p for run in preds.values() for p in run.values()])
+    control_rows = _pooled(scorer, [preds[c.run_id] for c, _ in pairs], ids)
+    variant_rows = _pooled(scorer, [preds[x.run_id] for _, x in pairs], ids)
+    diff, low, high = paired_bootstrap(control_rows, variant_rows, scorer.value, resamples, seed)
+    return {"metric": scorer.metric, "diff": diff, "low": low, "high": high, "level": LEVEL,
+            "resamples": resamples, "bootstrap_seed": seed, "seeds": [x.seed for _, x in pairs],
+            "n_examples": len(ids)}  # fmt: skip
+
+
+@dataclass
+class Scorer:
+    """Per-example contributions whose (weighted) column sums give the metric back."""
+
+    metric: str
+    contributions: Callable[[Any], list[float]]
+    value: Callable[[Any], Any]  # (resamples, columns) sums -> (resamples,) metric
+
+
+def make_scorer(task: str, predictions: list[Any]) -> Scorer:
+    """The headline metric as a function of summed per-example contributions.
+
+    classification: per class (tp, predicted, gold) -> macro-F1 over classes seen, exactly as
+    classification_metrics computes it; extraction: per field (token F1, gold has it) ->
+    field_token_f1_macro; format: token F1; anything else: the mean of Prediction.score.
+    """
+    import numpy as np
+
+    rows = [p.row or {} for p in predictions]
+    if task == "classification" and all("gold" in r and "pred" in r for r in rows):
+        names = sorted({str(r[k]) for r in rows for k in ("gold", "pred")})
+
+        def cls(p: Any) -> list[float]:
+            g, q = str(p.row["gold"]), str(p.row["pred"])
+            return [x for n in names for x in (float(g == n == q), float(q == n), float(g == n))]
+
+        def macro_f1(s: Any) -> Any:
+            tp, npred, ngold = s[:, 0::3], s[:, 1::3], s[:, 2::3]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                f1 = np.where(npred + ngold > 0, 2 * tp / (npred + ngold), 0.0)
+            seen = (npred + ngold) > 0
+            return (f1 * seen).sum(axis=1) / np.maximum(seen.sum(axis=1), 1)
+
+        return Scorer("macro_f1", cls, macro_f1)
+    if task == "extraction" and all(isinstance(r.get("fields"), dict) for r in rows):
+        fields = sorted({f for r in rows for f in r["fields"]})
+
+        def ext(p: Any) -> list[float]:
+            got = p.row["fields"]
+            return [x for f in fields for x in
+                    ((float(got[f]["token_f1"]), 1.0) if f in got else (0.0, 0.0))]  # fmt: skip
+
+        def field_macro(s: Any) -> Any:
+            tf1, has = s[:, 0::2], s[:, 1::2]
+            per = np.where(has > 0, tf1 / np.maximum(has, 1e-12), 0.0)
+            return (per * (has > 0)).sum(axis=1) / np.maximum((has > 0).sum(axis=1), 1)
+
+        return Scorer("field_token_f1_macro", ext, field_macro)
+    key = "token_f1" if task == "format" and all("token_f1" in r for r in rows) else None
+
+    def mean(p: Any) -> list[float]:
+        value = p.row[key] if key else p.score
+        return [float(value if value is not None else 0.0), 1.0]
+
+    return Scorer(key or "score", mean, lambda s: s[:, 0] / np.maximum(s[:, 1], 1e-12))
+
+
+def _pooled(scorer: Scorer, runs: list[dict[str, Any]], ids: list[str]) -> Any:
+    """(examples, columns): each example's contributions averaged over the runs (seeds)."""
+    import numpy as np
+
+    return np.mean([[scorer.contributions(run[i]) for i in ids] for run in runs], axis=0)
+
+
+def paired_bootstrap(
+    control: Any, variant: Any, value: Callable[[Any], Any], resamples: int = RESAMPLES,
+    seed: int = BOOTSTRAP_SEED, level: float = LEVEL,
+) -> tuple[float, float, float]:  # fmt: skip
+    """(point difference, low, high): percentile interval of value(variant) - value(control)
+    over `resamples` resamples of the examples, the same resample for both sides."""
+    import numpy as np
+
+    n = control.shape[0]
+    rng = np.random.default_rng(seed)
+    ones = np.ones((1, n))
+    point = float((value(ones @ variant) - value(ones @ control))[0])
+    diffs = []
+    for start in range(0, resamples, 250):  # chunks bound memory at 250 x n weights
+        w = rng.multinomial(n, np.full(n, 1.0 / n), size=min(250, resamples - start)).astype(float)
+        diffs.append(value(w @ variant) - value(w @ control))
+    tail = (1 - level) / 2
+    low, high = np.quantile(np.concatenate(diffs), [tail, 1 - tail])
+    return point, float(low), float(high)
+
+
+# --------------------------------------------------------------------------------------------
+# the decision (V7)
+# --------------------------------------------------------------------------------------------
+
+
+def _decide(cmp: Comparison) -> None:
+    eligible: list[VariantResult] = []
+    reasons: list[str] = []
+    for v in cmp.variants[1:]:
+        failing = [f for f in v.guards if f.verdict is Verdict.FAIL]
+        why = list(v.blocked)
+        if not v.used:
+            why = [f"no comparable completed run ({_status_words(v)})"]
+        elif v.ci is not None and v.ci["low"] <= 0:
+            low, high = v.ci["low"], v.ci["high"]
+            why.append(f"the {LEVEL:.0%} CI of its {v.ci['metric']} difference "
+                       f"[{low:+.4f}, {high:+.4f}] does not lie above 0")  # fmt: skip
+        why += [f"fails {f.check} ({f.sentence})" for f in failing]
+        if why:
+            reasons.append(f"`{v.name}`: " + "; ".join(why))
+        else:
+            eligible.append(v)
+    if eligible:
+        best = max(eligible, key=lambda v: v.ci["diff"] if v.ci else -math.inf)
+        ci = best.ci or {}
+        cmp.adopted = best.name
+        others = [v.name for v in eligible if v is not best]
+        cmp.decision = (
+            f"Adopt `{best.name}`: {ci['metric']} {ci['diff']:+.4f} over the control ({LEVEL:.0%} "
+            f"CI {ci['low']:+.4f} to {ci['high']:+.4f}, seeds {ci['seeds']}, {ci['n_examples']} "
+            f"examples, {ci['resamples']} paired resamples) and every guard passes"
+            + (f"; also eligible: {', '.join(others)}" if others else "")
+            + "."
+        )
+        return
+    if len(cmp.variants) == 1:
+        reasons.append("no variant has been run")
+    control_fails = [f.check for f in cmp.variants[0].guards if f.verdict is Verdict.FAIL]
+    cmp.decision = (
+        "Keep the control: " + "; ".join(reasons) + ". Keeping the control is a valid, "
+        "re-readable conclusion (V7)."
+        + (f" Note: the control itself fails {', '.join(control_fails)} vs the baseline; the "
+           "starting model may be the better choice." if control_fails else "")
+    )  # fmt: skip
+
+
+def _status_words(v: VariantResult) -> str:
+    return "; ".join(f"{x.run_id} {x.excluded}" for x in v.runs) or "never run"
+
+
+# --------------------------------------------------------------------------------------------
+# the command
+# --------------------------------------------------------------------------------------------
+
+
+def compare_command(ws: Any, as_json: bool) -> int:
+    """`tunepilot compare`: the table, the decision, and <campaign>/comparison.json.
+
+    Exit 0 with a decision (keeping the control is one), 2 when there is nothing to compare.
+    """
+    from tunepilot.console import console, print_json
+    from tunepilot.data.prepare import write_json_atomic
+
+    cmp = compare_campaign(ws)
+    payload = cmp.to_json()
+    if cmp.comparable:
+        write_json_atomic(ws.root / "comparison.json", payload)
+    if as_json:
+        print_json(payload)
+    else:
+        _print(cmp, console)
+        if cmp.comparable:
+            console.print(f"[dim]written to {ws.root / 'comparison.json'}[/]")
+    return 0 if cmp.comparable else 2
+
+
+def _fmt(summary: dict[str, Any]) -> str:
+    if summary.get("mean") is None:
+        return "-"
+    std = summary.get("std")
+    return f"{summary['mean']:.4f}" + (f" ± {std:.4f}" if std is not None else "")
+
+
+def _print(cmp: Comparison, console: Any) -> None:
+    from rich.panel import Panel
+    from rich.table import Table
+
+    from tunepilot.console import findings_table
+
+    metrics = HEADLINES[cmp.task]
+    table = Table(title=f"{cmp.campaign}: variants vs control (mean ± std over seeds, V6)")
+    for col in ("variant", "seeds", *metrics, f"Δ {cmp.metric} vs control [{LEVEL:.0%} CI]",
+                "guards"):  # fmt: skip
+        table.add_column(col)
+    for v in cmp.variants:
+        ci = v.ci
+        shown = f"{ci['diff']:+.4f} [{ci['low']:+.4f}, {ci['high']:+.4f}]" if ci else "-"
+        fails = sum(f.verdict is Verdict.FAIL for f in v.guards)
+        guards = "-" if not v.guards else ("[red]FAIL[/]" if fails else "[green]PASS[/]")
+        table.add_row(v.name, f"{len(v.used)}/{len({x.seed for x in v.runs})}",
+                      *(_fmt(v.summary.get(m, {})) for m in metrics), shown, guards)  # fmt: skip
+    console.print(table)
+    for v in cmp.variants:
+        judged = [f for f in v.guards if f.verdict is not Verdict.PASS]
+        if judged:
+            console.print(findings_table(judged, f"guards of {v.name} (H2)"))
+        drops = sorted(v.deltas.get("vs_control", {}).items(), key=lambda kv: kv[1])[:5]
+        if drops:
+            words = ", ".join(f"{n} {d:+.3f}" for n, d in drops)
+            console.print(f"[dim]{v.name}: largest drops vs control: {words}[/]")
+    dropped = [x for v in cmp.variants for x in v.runs if x.excluded]
+    if dropped:
+        runs = Table(title="runs not in the numbers, with their reasons (V3)")
+        for col in ("run", "variant", "seed", "why"):
+            runs.add_column(col)
+        for x in dropped:
+            runs.add_row(x.run_id, x.variant, str(x.seed), x.excluded or "")
+        console.print(runs)
+    for note in cmp.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    style = "green" if cmp.adopted else ("yellow" if cmp.comparable else "red")
+    console.print(Panel(cmp.decision, title="decision", border_style=style))
