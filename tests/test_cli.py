@@ -1,4 +1,4 @@
-"""The real `tunepilot` entry point: exit codes 0/1/2, --help without torch, init/validate/schema."""
+"""The real `tunepilot` entry point: exit codes 0/1/2, --help without torch, init, validate."""
 
 from __future__ import annotations
 

@@ -333,6 +333,78 @@ def note(
     _run(lambda: run_flow.note(_workspace(args), text, run_id))
 
 
+@app.command()
+def compare(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
+    """Variants vs the control across seeds: mean and std, a paired bootstrap interval on
+    per-example scores, per-class deltas, guards against the baseline and the control, every
+    diverged or interrupted run with its reason, and a decision (V5-V7, H2).
+
+    Example: tunepilot compare campaign.yaml --json
+    """
+    from tunepilot.compare import compare_command
+
+    _run(lambda: compare_command(_workspace(args), as_json))
+
+
+@app.command("test")
+def test_command(
+    final: Annotated[
+        str, typer.Option("--final", help="The run (or `baseline`) to evaluate on the test split.")
+    ],
+    args: CampaignArgs = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Evaluate one run on the sealed test split. Every look is counted; a second look warns
+    loudly, or is refused when test_policy.on_second_look is `refuse` (H4).
+
+    Example: tunepilot test --final lr-2e-4-s0-1 campaign.yaml
+    """
+    from tunepilot.sealed_test import final_test
+
+    _run(lambda: final_test(_workspace(args), final, as_json))
+
+
+# ---------------------------------------------------------------------------------------------
+# deliver: export, verify
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def export(
+    run_id: Annotated[str, typer.Argument(help="A completed run, e.g. lr-2e-4-s0-1.")],
+    args: CampaignArgs = None,
+    out: Annotated[Path | None, typer.Option(help="Bundle folder (default exports/RUN).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Write a bundle a colleague can load without tunepilot: adapter (PEFT format) or model,
+    tokenizer, resolved campaign, base id + revision + weight hashes, environment, metrics,
+    control inputs, README and MANIFEST.json (P4, R3).
+
+    Example: tunepilot export control-s0-1 campaign.yaml
+    """
+    from tunepilot.verify import export_command
+
+    _run(lambda: export_command(_workspace(args), run_id, out, as_json))
+
+
+@app.command()
+def verify(
+    bundle: Annotated[Path, typer.Argument(help="An export folder.")],
+    base: Annotated[
+        Path | None, typer.Option(help="Your copy of the base model, if it moved.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """In a new process: check every hash, refuse pickles, load with plain transformers/peft,
+    replay the control inputs and compare (R2, R4). Exit 1 when anything differs.
+
+    Example: tunepilot verify exports/control-s0-1
+    """
+    from tunepilot.verify import verify_command
+
+    _run(lambda: verify_command(bundle, as_json, base))
+
+
 # ---------------------------------------------------------------------------------------------
 # demo
 # ---------------------------------------------------------------------------------------------

@@ -1,32 +1,29 @@
 """Variants against their control, over every seed, ending in a decision (V2, V3, V5-V7, H2).
 
-Read from the ledger only: per variant its runs by seed with their status, the final validation
-evaluation of each completed run, the mean and standard deviation of the headline metrics over
-*all* seeds (V6: never the best one), a paired bootstrap confidence interval of the difference
-to the control on per-example predictions, per-class (or per-field) deltas, and the guards
-against the baseline and the control (H2). Runs that diverged, were interrupted, failed or were
-declared invalid keep their line with the reason (V3). A run evaluated under another
-evaluation config or data version is not compared, and the line says why (V2).
+Read from the ledger only: per variant its runs by seed, the final validation evaluation of
+each completed run, mean and standard deviation of the headline metrics over *all* seeds (V6),
+a paired bootstrap confidence interval of the difference to the control on per-example
+predictions, per-class (per-field) deltas, and the guards vs the baseline and the control (H2).
+Runs that diverged, were interrupted, failed or are invalid keep their line and reason (V3); a
+run evaluated under another eval config or data version is not compared, and says why (V2).
+A variant is adopted only when its interval lies above 0 and its guards pass; otherwise the
+control stays, a result in its own right (V7).
 
-The decision adopts a variant only when its interval lies above 0 and its guards pass;
-otherwise the control stays, which is a result, not a failure (V7).
-
-Why a pooled statistic for the interval: with several seeds each example's contribution is
-averaged over the paired seeds, then the headline metric (macro-F1, field token F1, ...) is
-recomputed on every resample of examples from those pooled contributions. The same resampled
-examples are used for both sides (paired), so example difficulty cancels out.
+The interval is on a pooled statistic: each example's contributions (per-class counts, per-field
+token F1) are averaged over the paired seeds, and the headline metric is recomputed on every
+resample of examples; both sides use the same resample, so example difficulty cancels out.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tunepilot.campaign import Campaign
 from tunepilot.campaign.variants import CONTROL
+from tunepilot.compare_stats import LEVEL, RESAMPLES, make_scorer, paired_bootstrap, pooled
 from tunepilot.guards import check_guards
 from tunepilot.verdict import Finding, Verdict
 
@@ -35,7 +32,7 @@ HEADLINES = {
     "extraction": ("field_token_f1_macro", "required_field_presence", "json_validity"),
     "format": ("token_f1", "exact_match"),
 }
-RESAMPLES, BOOTSTRAP_SEED, LEVEL = 2000, 0, 0.95
+BOOTSTRAP_SEED = 0
 
 
 @dataclass
@@ -49,12 +46,16 @@ class RunLine:
     reason: str
     retry_of: str | None = None
     evaluation_id: int | None = None
+    eval_config_hash: str | None = None
+    data_version: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     excluded: str | None = None
 
 
 @dataclass
 class VariantResult:
+    """A variant (or the control) over its seeds: numbers, interval, guards, blockers."""
+
     name: str
     runs: list[RunLine]
     summary: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> mean, std, values
@@ -81,19 +82,8 @@ class Comparison:
     comparable: bool = True  # False: nothing to compare (no completed control)
 
     def to_json(self) -> dict[str, Any]:
-        def variant(v: VariantResult) -> dict[str, Any]:
-            return {
-                "name": v.name, "summary": v.summary, "ci": v.ci, "deltas": v.deltas,
-                "guards": [f.to_json() for f in v.guards], "blocked": v.blocked,
-                "runs": [vars(r) for r in v.runs],
-            }  # fmt: skip
-
-        return {
-            "campaign": self.campaign, "task": self.task, "metric": self.metric,
-            "reference": self.reference, "notes": self.notes, "decision": self.decision,
-            "adopted": self.adopted, "comparable": self.comparable,
-            "variants": [variant(v) for v in self.variants],
-        }  # fmt: skip
+        """Plain JSON (verdicts are str enums), as written to comparison.json."""
+        return asdict(self)
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,8 +97,12 @@ def compare_campaign(
     """The comparison of a campaign folder's ledger (see `compare_ledger`)."""
     from tunepilot.ledger import Ledger
 
-    with Ledger.open(ws.ledger_path) as ledger:
-        return compare_ledger(ws.campaign, ledger, resamples=resamples, seed=seed)
+    with Ledger.open(ws.ledger_path) as ledger:  # marks runs whose process died (V3)
+        cmp = compare_ledger(ws.campaign, ledger, resamples=resamples, seed=seed)
+        cmp.notes += [
+            f"marked {d.run_id} interrupted: {d.reason}" for d in ledger.interrupted_on_open
+        ]
+    return cmp
 
 
 def compare_ledger(
@@ -131,11 +125,10 @@ def compare_ledger(
         )
         return cmp
     ref = max(evaluated, key=lambda x: x.evaluation_id or 0)
-    ref_eval = _evaluation(ledger, ref)
-    cmp.reference = {"run": ref.run_id, "eval_config_hash": ref_eval.eval_config_hash,
-                     "data_version": ref_eval.data_version}  # fmt: skip
+    cmp.reference = {"run": ref.run_id, "eval_config_hash": ref.eval_config_hash,
+                     "data_version": ref.data_version}  # fmt: skip
     for v in cmp.variants:
-        _exclude_incomparable(ledger, v, ref_eval)
+        _exclude_incomparable(v, ref)
     baseline_evals = ledger.evaluations(run_id=BASELINE, split="validation")
     baseline = None
     if not baseline_evals:
@@ -143,7 +136,7 @@ def compare_ledger(
                          "run `tunepilot baseline` (H3)")  # fmt: skip
     else:
         b = baseline_evals[-1]
-        why = _incomparable(b.eval_config_hash, b.data_version, ref_eval)
+        why = _incomparable(b.eval_config_hash, b.data_version, ref)
         if why:
             cmp.notes.append(f"the baseline is not compared: {why}")
         else:
@@ -172,15 +165,13 @@ def _line(ledger: Any, r: Any) -> RunLine:
     if not evals:
         line.excluded = "completed, but no validation evaluation in the ledger"
         return line
-    line.evaluation_id, line.metrics = evals[-1].id, evals[-1].metrics
+    e = evals[-1]  # the final one: the run's result
+    line.evaluation_id, line.metrics = e.id, e.metrics
+    line.eval_config_hash, line.data_version = e.eval_config_hash, e.data_version
     return line
 
 
-def _evaluation(ledger: Any, line: RunLine) -> Any:
-    return next(e for e in ledger.evaluations(run_id=line.run_id) if e.id == line.evaluation_id)
-
-
-def _incomparable(eval_hash: str, data_version: str, ref: Any) -> str | None:
+def _incomparable(eval_hash: str | None, data_version: str | None, ref: RunLine) -> str | None:
     """Why an evaluation cannot be set next to the reference's (V2), or None."""
     if eval_hash != ref.eval_config_hash:
         return (
@@ -196,12 +187,11 @@ def _incomparable(eval_hash: str, data_version: str, ref: Any) -> str | None:
     return None
 
 
-def _exclude_incomparable(ledger: Any, v: VariantResult, ref: Any) -> None:
+def _exclude_incomparable(v: VariantResult, ref: RunLine) -> None:
     """Mark runs under another eval config / data version, and older repeats of a seed."""
     latest: dict[int, RunLine] = {}
     for x in v.used:
-        e = _evaluation(ledger, x)
-        why = _incomparable(e.eval_config_hash, e.data_version, ref)
+        why = _incomparable(x.eval_config_hash, x.data_version, ref)
         if why:
             x.excluded = f"not compared: {why}"
             continue
@@ -210,9 +200,10 @@ def _exclude_incomparable(ledger: Any, v: VariantResult, ref: Any) -> None:
         latest[x.seed] = x
     seeds = {x.seed for x in v.runs}
     missing = sorted(seeds - set(latest))
-    for s in missing:
+    for s in missing:  # an unfinished seed blocks adoption; one declared invalid does not
         last = [x for x in v.runs if x.seed == s][-1]
-        v.blocked.append(f"seed {s} has no comparable completed run ({last.excluded})")
+        if last.status != "invalid":
+            v.blocked.append(f"seed {s} has no comparable completed run ({last.excluded})")
 
 
 def _summarise(campaign: Campaign, v: VariantResult, baseline: dict[str, Any] | None) -> None:
@@ -278,97 +269,12 @@ def _interval(ledger: Any, task: str, control: VariantResult, v: VariantResult,
         v.blocked.append("no example predictions in common with the control")
         return None
     scorer = make_scorer(task, [p for run in preds.values() for p in run.values()])
-    control_rows = _pooled(scorer, [preds[c.run_id] for c, _ in pairs], ids)
-    variant_rows = _pooled(scorer, [preds[x.run_id] for _, x in pairs], ids)
+    control_rows = pooled(scorer, [preds[c.run_id] for c, _ in pairs], ids)
+    variant_rows = pooled(scorer, [preds[x.run_id] for _, x in pairs], ids)
     diff, low, high = paired_bootstrap(control_rows, variant_rows, scorer.value, resamples, seed)
     return {"metric": scorer.metric, "diff": diff, "low": low, "high": high, "level": LEVEL,
             "resamples": resamples, "bootstrap_seed": seed, "seeds": [x.seed for _, x in pairs],
             "n_examples": len(ids)}  # fmt: skip
-
-
-@dataclass
-class Scorer:
-    """Per-example contributions whose (weighted) column sums give the metric back."""
-
-    metric: str
-    contributions: Callable[[Any], list[float]]
-    value: Callable[[Any], Any]  # (resamples, columns) sums -> (resamples,) metric
-
-
-def make_scorer(task: str, predictions: list[Any]) -> Scorer:
-    """The headline metric as a function of summed per-example contributions.
-
-    classification: per class (tp, predicted, gold) -> macro-F1 over classes seen, exactly as
-    classification_metrics computes it; extraction: per field (token F1, gold has it) ->
-    field_token_f1_macro; format: token F1; anything else: the mean of Prediction.score.
-    """
-    import numpy as np
-
-    rows = [p.row or {} for p in predictions]
-    if task == "classification" and all("gold" in r and "pred" in r for r in rows):
-        names = sorted({str(r[k]) for r in rows for k in ("gold", "pred")})
-
-        def cls(p: Any) -> list[float]:
-            g, q = str(p.row["gold"]), str(p.row["pred"])
-            return [x for n in names for x in (float(g == n == q), float(q == n), float(g == n))]
-
-        def macro_f1(s: Any) -> Any:
-            tp, npred, ngold = s[:, 0::3], s[:, 1::3], s[:, 2::3]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                f1 = np.where(npred + ngold > 0, 2 * tp / (npred + ngold), 0.0)
-            seen = (npred + ngold) > 0
-            return (f1 * seen).sum(axis=1) / np.maximum(seen.sum(axis=1), 1)
-
-        return Scorer("macro_f1", cls, macro_f1)
-    if task == "extraction" and all(isinstance(r.get("fields"), dict) for r in rows):
-        fields = sorted({f for r in rows for f in r["fields"]})
-
-        def ext(p: Any) -> list[float]:
-            got = p.row["fields"]
-            return [x for f in fields for x in
-                    ((float(got[f]["token_f1"]), 1.0) if f in got else (0.0, 0.0))]  # fmt: skip
-
-        def field_macro(s: Any) -> Any:
-            tf1, has = s[:, 0::2], s[:, 1::2]
-            per = np.where(has > 0, tf1 / np.maximum(has, 1e-12), 0.0)
-            return (per * (has > 0)).sum(axis=1) / np.maximum((has > 0).sum(axis=1), 1)
-
-        return Scorer("field_token_f1_macro", ext, field_macro)
-    key = "token_f1" if task == "format" and all("token_f1" in r for r in rows) else None
-
-    def mean(p: Any) -> list[float]:
-        value = p.row[key] if key else p.score
-        return [float(value if value is not None else 0.0), 1.0]
-
-    return Scorer(key or "score", mean, lambda s: s[:, 0] / np.maximum(s[:, 1], 1e-12))
-
-
-def _pooled(scorer: Scorer, runs: list[dict[str, Any]], ids: list[str]) -> Any:
-    """(examples, columns): each example's contributions averaged over the runs (seeds)."""
-    import numpy as np
-
-    return np.mean([[scorer.contributions(run[i]) for i in ids] for run in runs], axis=0)
-
-
-def paired_bootstrap(
-    control: Any, variant: Any, value: Callable[[Any], Any], resamples: int = RESAMPLES,
-    seed: int = BOOTSTRAP_SEED, level: float = LEVEL,
-) -> tuple[float, float, float]:  # fmt: skip
-    """(point difference, low, high): percentile interval of value(variant) - value(control)
-    over `resamples` resamples of the examples, the same resample for both sides."""
-    import numpy as np
-
-    n = control.shape[0]
-    rng = np.random.default_rng(seed)
-    ones = np.ones((1, n))
-    point = float((value(ones @ variant) - value(ones @ control))[0])
-    diffs = []
-    for start in range(0, resamples, 250):  # chunks bound memory at 250 x n weights
-        w = rng.multinomial(n, np.full(n, 1.0 / n), size=min(250, resamples - start)).astype(float)
-        diffs.append(value(w @ variant) - value(w @ control))
-    tail = (1 - level) / 2
-    low, high = np.quantile(np.concatenate(diffs), [tail, 1 - tail])
-    return point, float(low), float(high)
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,8 +318,9 @@ def _decide(cmp: Comparison) -> None:
     cmp.decision = (
         "Keep the control: " + "; ".join(reasons) + ". Keeping the control is a valid, "
         "re-readable conclusion (V7)."
-        + (f" Note: the control itself fails {', '.join(control_fails)} vs the baseline; the "
-           "starting model may be the better choice." if control_fails else "")
+        + (f" Note: the control itself fails {', '.join(control_fails)}; read its guards "
+           "before relying on it (the starting model may be the better choice)."
+           if control_fails else "")
     )  # fmt: skip
 
 
@@ -477,7 +384,8 @@ def _print(cmp: Comparison, console: Any) -> None:
         judged = [f for f in v.guards if f.verdict is not Verdict.PASS]
         if judged:
             console.print(findings_table(judged, f"guards of {v.name} (H2)"))
-        drops = sorted(v.deltas.get("vs_control", {}).items(), key=lambda kv: kv[1])[:5]
+        deltas = v.deltas.get("vs_control", {}).items()
+        drops = sorted([(n, d) for n, d in deltas if d < 0], key=lambda kv: kv[1])[:5]
         if drops:
             words = ", ".join(f"{n} {d:+.3f}" for n, d in drops)
             console.print(f"[dim]{v.name}: largest drops vs control: {words}[/]")

@@ -108,7 +108,7 @@ def _floors(
     if floor is None and not class_floors:
         return Finding(check, Verdict.PASS, "no per-class floor set (per_class_floor, "
                        "class_floors); classes are judged by their drop only", "H2")  # fmt: skip
-    failing: list[str] = []
+    failing: dict[str, str] = {}
     judged = 0
     for name, (value, support) in per_class.items():
         bound = class_floors.get(name, floor)
@@ -116,13 +116,12 @@ def _floors(
             continue  # a class absent from this split has no F1 to judge
         judged += 1
         if value + EPS < bound:
-            failing.append(f"class `{name}` {_label(metric)} {value:.2f} < floor {bound:.2f}")
+            failing[name] = f"class `{name}` {_label(metric)} {value:.2f} < floor {bound:.2f}"
     unknown = sorted(set(class_floors) - set(per_class))
-    details = {"failing": failing, "unknown_classes": unknown, "judged": judged}
+    details = {"failing": list(failing.values()), "unknown_classes": unknown, "judged": judged}
     if failing:
-        return Finding(check, Verdict.FAIL, "; ".join(failing) + ": this class got worse than "
-                       "the hypothesis allows; do not adopt", "H2", [f.split("`")[1] for f in
-                       failing], details)  # fmt: skip
+        sentence = "; ".join(failing.values()) + ": below the floor the hypothesis set"
+        return Finding(check, Verdict.FAIL, sentence, "H2", list(failing), details)
     if unknown:
         return Finding(check, Verdict.WARN, f"class_floors names {', '.join(unknown)}, absent "
                        "from this evaluation: fix the class name in hypothesis.classification_"
@@ -140,7 +139,7 @@ def _drops(
 ) -> Finding:
     """No class may lose more than `tolerance` against the reference (absolute metric)."""
     check = f"guard: class drop vs {ref_name}"
-    failing: list[str] = []
+    failing: dict[str, str] = {}
     worst: tuple[float, str] | None = None
     for name, (value, support) in per_class.items():
         if name not in reference or (support == 0 and reference[name][1] == 0):
@@ -150,14 +149,14 @@ def _drops(
         if worst is None or drop > worst[0]:
             worst = (drop, name)
         if drop > tolerance + EPS:
-            failing.append(
+            failing[name] = (
                 f"class `{name}` {_label(metric)} {value:.2f} < {ref_name} {ref:.2f} - "
                 f"{tolerance:.2f}"
             )
-    details = {"failing": failing, "tolerance": tolerance, "reference": ref_name}
+    details = {"failing": list(failing.values()), "tolerance": tolerance, "reference": ref_name}
     if failing:
-        return Finding(check, Verdict.FAIL, "; ".join(failing), "H2",
-                       [f.split("`")[1] for f in failing], details)  # fmt: skip
+        return Finding(check, Verdict.FAIL, "; ".join(failing.values()), "H2", list(failing),
+                       details)  # fmt: skip
     if worst is None:
         return Finding(check, Verdict.WARN, f"no class in common with the {ref_name}: nothing "
                        "to judge; check that both evaluations use the same labels", "H2",

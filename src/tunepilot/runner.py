@@ -214,7 +214,7 @@ def execute_run(
         ledger.record_evaluation(
             run_id, "validation", final.metrics, eval_config_hash=final.config_hash,
             data_version=data_version, update=result.updates,
-            predictions=_predictions(final.rows),
+            predictions=predictions_from_rows(final.rows),
         )  # fmt: skip
     reason = result.reason
     if result.status == "paused":
@@ -240,7 +240,7 @@ def run_baseline(session: Session, ledger: Any) -> Any:
     ledger.record_evaluation(
         BASELINE, "validation", result.metrics, eval_config_hash=result.config_hash,
         data_version=session.encoded(campaign).prepared.version, update=0,
-        predictions=_predictions(result.rows),
+        predictions=predictions_from_rows(result.rows),
     )  # fmt: skip
     out = ws.root / "baseline"
     out.mkdir(exist_ok=True)
@@ -253,7 +253,7 @@ def run_baseline(session: Session, ledger: Any) -> Any:
     return result
 
 
-def _predictions(rows: list[dict[str, Any]]) -> list[Any]:
+def predictions_from_rows(rows: list[dict[str, Any]]) -> list[Any]:
     from tunepilot.ledger import Prediction
 
     out = []

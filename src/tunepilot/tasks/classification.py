@@ -76,7 +76,7 @@ class ClassificationEncoder:
         self.context_fields = list(context_fields or [])
         self._identity = tokenizer_identity(tokenizer)
 
-    def _segments(self, example: Example) -> tuple[str, str | None]:
+    def segments(self, example: Example) -> tuple[str, str | None]:
         """The text, and the context fields as a second segment ("field: value" lines)."""
         if not self.context_fields:
             return example.text, None
@@ -116,7 +116,7 @@ class ClassificationEncoder:
     def encode(self, example: Example) -> Encoded:
         """input_ids with the tokenizer's special tokens; labels = [class id]: loss on the label."""
         label = self.label_id(example)
-        text, pair = self._segments(example)
+        text, pair = self.segments(example)
         full = self.tokenizer(text, pair, add_special_tokens=True, verbose=False)["input_ids"]
         if len(full) > self.max_length:
             ids = self.tokenizer(

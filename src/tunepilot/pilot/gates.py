@@ -1,0 +1,338 @@
+"""Gates 2-8 and 10 of the pilot: data, inspect, load, update audit, first step, steady step,
+accumulation, evaluation at the longest sequences (D3, D4, D9, P3, S1, S2, S4).
+
+Each gate is a plain function of the shared `PilotState` that returns an `Outcome`; the runner
+in phases.py measures it with the one memory probe and turns it into a row. The step gates use
+the loop's own pieces (`collate`, `count_targets`, `backward_update`, `_precision`) so what the
+pilot proves is what training runs, never a re-implementation.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from tunepilot.pilot.phases import Outcome, PilotState, synchronize, worst_verdict
+from tunepilot.verdict import Verdict
+
+# ---------------------------------------------------------------------------------------------
+
+
+def make_optimizer(model: Any, settings: Any, lr: float | None = None) -> Any:
+    """AdamW over the trainable parameters, as `train.loop.train` builds it."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=lr or settings.lr, weight_decay=settings.weight_decay)
+
+
+def longest_microbatches(data: list[Any], microbatch: int, accumulation: int) -> list[list[Any]]:
+    """One update of the longest examples: `accumulation` microbatches of `microbatch`, the
+    longest first, repeating the longest when the data has fewer examples than an update."""
+    ordered = sorted(data, key=lambda e: len(e.input_ids), reverse=True)
+    need = microbatch * accumulation
+    picked = [ordered[i % len(ordered)] for i in range(need)]
+    return [picked[i : i + microbatch] for i in range(0, need, microbatch)]
+
+
+def train_update(
+    state: PilotState,
+    microbatches: list[list[Any]],
+    optimizer: Any,
+    lr: float,
+    *,
+    step: bool = True,
+    keep_grads: bool = False,
+) -> tuple[float, float]:
+    """Forward + backward every microbatch with the loop's own normalisation, then clip and
+    step like the loop (an update with a non-finite loss is not applied). Returns (loss, norm).
+    `keep_grads` leaves the raw, unclipped gradients in `.grad` and steps nothing.
+
+    The shape is recorded in `state.shape` first, so an out-of-memory error names it (S6).
+    """
+    import math
+
+    import torch
+
+    from tunepilot.train.batching import collate, count_targets
+    from tunepilot.train.loop import _precision, backward_update
+
+    kind, device, model = state.kind, state.device, state.model
+    width = max(len(e.input_ids) for mb in microbatches for e in mb)
+    state.shape = {"microbatch": max(len(mb) for mb in microbatches), "length": width,
+                   "accumulation": len(microbatches)}  # fmt: skip
+    autocast, _ = _precision(state.training.precision, device)
+    batches = [
+        {k: v.to(device) for k, v in collate(mb, kind, state.pad_id).items()} for mb in microbatches
+    ]
+    if state.hooks.before_forward is not None:
+        state.hooks.before_forward(state.phase)
+    targets = sum(count_targets(b, kind) for b in batches)
+    loss_sum = backward_update(model, batches, kind, targets, autocast=autocast)
+    loss = float(loss_sum) / targets
+    params = [p for p in model.parameters() if p.requires_grad]
+    if keep_grads:
+        synchronize(device)
+        return loss, math.nan
+    norm = float(torch.nn.utils.clip_grad_norm_(params, state.training.max_grad_norm or math.inf))
+    if step and math.isfinite(loss) and math.isfinite(norm):
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    synchronize(device)
+    return loss, norm
+
+
+
+
+STEADY_STEPS = 3
+"""Updates timed after the first: the first allocates optimizer state and warms caches, so its
+time and peak are reported separately and left out of the steady median (S4)."""
+DIVERGING = 2.0
+"""The steady updates repeat the first update's examples: a loss that more than doubles on the
+same examples within a few updates means the learning rate overshoots."""
+ACCUMULATION_RTOL = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2}
+"""Largest gradient difference allowed between microbatch x accumulation and one batch of the
+same examples, relative to the largest gradient: float summation order (and padding width)
+differ between the two; half-precision autocast rounds far more."""
+
+
+def data_gate(state: PilotState) -> Outcome:
+    """Gate 2: the audit's verdicts (leakage, duplicates, truncation, label mapping, D2-D8)."""
+    from tunepilot.data_flow import audit_findings
+    from tunepilot.runner import Session
+
+    prepared, findings = audit_findings(state.ws)
+    state.prepared, state.audit = prepared, findings
+    state.session = Session(state.ws)
+    state.encoded = state.session.encoded(state.campaign)
+    counts = ", ".join(f"{k} {len(v)}" for k, v in prepared.splits.items())
+    details = {"version": prepared.version, "counts": {k: len(v) for k, v in
+               prepared.splits.items()}, "findings": [f.to_json() for f in findings]}  # fmt: skip
+    verdict = worst_verdict([f.verdict for f in findings])
+    head = f"data version {prepared.version} ({counts}), {len(findings)} audit checks"
+    if verdict is Verdict.PASS:
+        return Outcome(verdict, f"{head}, all PASS", details)
+    named = [f for f in findings if f.verdict is verdict]
+    said = "; ".join(f"{f.check}: {f.sentence}" for f in named)
+    word = "failed" if verdict is Verdict.FAIL else "warned"
+    return Outcome(verdict, f"{head}; {len(named)} {word}: {said}", details)
+
+
+def inspect_gate(state: PilotState) -> Outcome:
+    """Gate 3: rendered samples saved with the pilot for a person to read (D3, D4)."""
+    import json
+    from dataclasses import asdict
+
+    from rich.console import Console
+
+    from tunepilot.data.inspect import print_samples, render_samples
+
+    per_class = 1 if state.kind == "classification" else 0
+    samples = render_samples(state.encoded.encoder, state.ws.tokenizer,
+                             state.prepared.splits["train"], n=3, per_class=per_class)  # fmt: skip
+    (state.folder / "samples.json").write_text(
+        json.dumps([asdict(s) for s in samples], indent=2, ensure_ascii=False), encoding="utf-8")
+    with (state.folder / "samples.txt").open("w", encoding="utf-8") as handle:
+        print_samples(samples, Console(file=handle, width=110, color_system=None))
+    notes = [f"{s.id}: {n}" for s in samples for n in s.notes]
+    where = f"pilots/{state.pilot_id}/samples.txt"
+    what = f"{len(samples)} samples" + (" (one per class)" if per_class else "")
+    if notes:
+        return Outcome(Verdict.WARN, f"{what} rendered to {where}; {'; '.join(notes[:3])}: read "
+                       "them before training", {"notes": notes})  # fmt: skip
+    return Outcome(Verdict.PASS, f"{what} rendered with tokens, separators and loss positions to "
+                   f"{where}: read them before renting (the pilot cannot judge them for you)")
+
+
+def load_gate(state: PilotState) -> Outcome:
+    """Gate 4: base + head + method with the set-up checks (P1, P2); memory and time."""
+    from tunepilot.model import enable_activation_checkpointing
+    from tunepilot.params import trainable_report
+
+    model = state.session.build_model(state.campaign, state.seed)  # SetupFailure -> FAIL
+    notes: list[str] = []
+    if state.training.activation_checkpointing:
+        notes = enable_activation_checkpointing(model)
+    state.model = model.to(state.device)
+    report = trainable_report(state.model)
+    state.report = report
+    share = report.trainable_params / max(report.total_params, 1)
+    saved = f", saved whole: {sorted(report.extra_saved)}" if report.extra_saved else ""
+    sentence = (
+        f"{type(model).__name__} on {state.device}: {report.trainable_params:,} of "
+        f"{report.total_params:,} parameters trainable ({share:.2%}, {report.method}"
+        + (f" r={report.lora_rank} on {report.target_modules}" if report.method == "lora" else "")
+        + f"{saved}); loading alone does not prove a step fits (S1)"
+    )
+    return Outcome(Verdict.PASS, sentence, {"trainable": report.to_json() | {"rows": None},
+                                            "notes": notes})  # fmt: skip
+
+
+def update_audit_gate(state: PilotState) -> Outcome:
+    """Gate 5: two real updates on a real batch change exactly the trainable tensors (P3)."""
+    from tunepilot.params import update_audit
+    from tunepilot.train.batching import UpdateSampler, collate, count_targets, summed_loss
+
+    t = state.training
+    data = state.encoded.train
+    sampler = UpdateSampler([len(e.input_ids) for e in data], t.microbatch, 1, seed=t.seed)
+    ids = sampler.next_update().microbatches[0]
+    batch = {k: v.to(state.device) for k, v in
+             collate([data[i] for i in ids], state.kind, state.pad_id).items()}  # fmt: skip
+    state.shape = {"microbatch": len(ids), "length": int(batch["input_ids"].shape[1]),
+                   "accumulation": 1}  # fmt: skip
+
+    def batch_loss(model: Any) -> Any:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        return summed_loss(logits, batch["labels"], state.kind) / count_targets(batch, state.kind)
+
+    findings = update_audit(state.model, batch_loss, lambda m: make_optimizer(m, t), updates=2)
+    verdict = worst_verdict([f.verdict for f in findings])
+    sentence = "; ".join(f.sentence for f in findings)
+    return Outcome(verdict, f"on training examples {', '.join(data[i].example_id for i in ids[:3])}"
+                   f": {sentence}", {"findings": [f.to_json() for f in findings]},
+                   inputs=dict(state.shape))  # fmt: skip
+
+
+def first_step_gate(state: PilotState) -> Outcome:
+    """Gate 6: one complete update (loss, backward, optimizer step) at the configured
+    microbatch and accumulation on the longest training examples: the step that allocates
+    the optimizer state, so it can exceed memory where loading fit (S1, S4)."""
+    t = state.training
+    update = longest_microbatches(state.encoded.train, t.microbatch, t.accumulation)
+    state.optimizer = make_optimizer(state.model, t)
+    loss, norm = train_update(state, update, state.optimizer, t.lr)
+    inputs = dict(state.shape)
+    if loss != loss or loss in (float("inf"), float("-inf")) or norm != norm:
+        return Outcome(Verdict.FAIL, f"the first update's loss is {loss} (gradient norm {norm}) "
+                       f"at lr {t.lr}: the update was not applied; lower training.lr or check "
+                       "the data for empty targets", {"loss": loss, "grad_norm": norm},
+                       inputs=inputs)  # fmt: skip
+    state.updates_done += 1
+    state.measurements["first_loss"] = loss
+    ids = [e.example_id for e in update[0]]
+    return Outcome(Verdict.PASS, f"loss {loss:.4f}, gradient norm {norm:.3g}; optimizer state "
+                   f"allocated; the {t.microbatch * t.accumulation} longest training examples "
+                   f"(e.g. {', '.join(ids[:2])}) in {t.accumulation} microbatch(es)",
+                   {"loss": loss, "grad_norm": norm, "example_ids": ids}, inputs=inputs)  # fmt: skip
+
+
+def steady_step_gate(state: PilotState) -> Outcome:
+    """Gate 7: the next updates at the same shape; their median time feeds the plan (S4)."""
+    import time
+
+    t = state.training
+    update = longest_microbatches(state.encoded.train, t.microbatch, t.accumulation)
+    losses, seconds = [], []
+    for _ in range(STEADY_STEPS):
+        synchronize(state.device)
+        tick = time.perf_counter()
+        loss, norm = train_update(state, update, state.optimizer, t.lr)
+        seconds.append(time.perf_counter() - tick)
+        losses.append(loss)
+        if loss != loss or abs(loss) == float("inf"):
+            return Outcome(Verdict.FAIL, f"update {state.updates_done + 1} gave loss {loss} at lr "
+                           f"{t.lr}; the update was not applied: lower training.lr",
+                           {"losses": losses}, inputs=dict(state.shape))  # fmt: skip
+        state.updates_done += 1
+    median = statistics.median(seconds)
+    state.measurements.update(step_seconds=median, step_shape=dict(state.shape))
+    first = state.measurements.get("first_loss")
+    if first is not None and max(losses) > DIVERGING * first:
+        return Outcome(Verdict.FAIL, f"the loss rose from {first:.4g} to {max(losses):.4g} within "
+                       f"{STEADY_STEPS + 1} updates on the same examples at lr {t.lr:.3g}: the "
+                       "learning rate overshoots; lower training.lr (the run would diverge)",
+                       {"losses": losses, "first_loss": first}, inputs=dict(state.shape))  # fmt: skip
+    return Outcome(Verdict.PASS, f"{STEADY_STEPS} more updates at the same shape: median "
+                   f"{median:.3g} s per update of {t.microbatch * t.accumulation} examples at the "
+                   "longest length (an upper bound for the plan), losses "
+                   + ", ".join(f"{x:.4f}" for x in losses),
+                   {"losses": losses, "seconds": seconds, "median_seconds": median},
+                   inputs=dict(state.shape))  # fmt: skip
+
+
+def accumulation_gate(state: PilotState) -> Outcome:
+    """Gate 8: microbatch x accumulation gives the gradient of one batch of the same examples
+    (S2), through the loop's normalisation by the whole update's target count.
+
+    Dropout is off for both passes (eval mode; gradients still flow): with it on, the two
+    passes draw different masks and the comparison would measure the noise. An accumulation
+    of 1 is compared as 2 microbatches, so the check still exercises the sum.
+    """
+    import torch
+
+    t = state.training
+    mb = t.microbatch if t.accumulation > 1 else max(1, t.microbatch // 2)
+    acc = t.accumulation if t.accumulation > 1 else 2
+    split = longest_microbatches(state.encoded.train, mb, acc)
+    params = [(n, p) for n, p in state.model.named_parameters() if p.requires_grad]
+    was_training = state.model.training
+    state.model.eval()
+    try:
+        train_update(state, split, state.optimizer, 0.0, step=False, keep_grads=True)
+        accumulated = {n: p.grad.detach().clone() for n, p in params if p.grad is not None}
+        for _, p in params:
+            p.grad = None
+        whole = [[e for part in split for e in part]]
+        train_update(state, whole, state.optimizer, 0.0, step=False, keep_grads=True)
+        single = {n: p.grad.detach().clone() for n, p in params if p.grad is not None}
+    finally:
+        for _, p in params:
+            p.grad = None
+        state.model.train(was_training)
+    scale = max(float(g.abs().max()) for g in single.values())
+    diff = max(float((accumulated[n] - single[n]).abs().max()) for n in single)
+    rtol = ACCUMULATION_RTOL[t.precision]
+    relative = diff / scale if scale > 0 else float("inf")
+    lengths = sorted({len(e.input_ids) for part in split for e in part})
+    inputs = {"microbatch": mb, "accumulation": acc, "length": lengths[-1]}
+    details = {"max_abs_diff": diff, "max_abs_grad": scale, "relative": relative, "rtol": rtol,
+               "tensors": len(single), "lengths": lengths}  # fmt: skip
+    missing = sorted(set(single) ^ set(accumulated))
+    if missing or relative > rtol or not torch.isfinite(torch.tensor(relative)):
+        return Outcome(Verdict.FAIL, f"{acc} microbatches of {mb} and one batch of {mb * acc} "
+                       f"give gradients that differ by {relative:.2e} of the largest (tolerance "
+                       f"{rtol:.0e}){'; tensors without gradient in one pass: ' + str(missing[:3]) if missing else ''}"
+                       ": the loss normalisation is inconsistent (S2)", details, inputs)  # fmt: skip
+    return Outcome(Verdict.PASS, f"{acc} microbatches of {mb} equal one batch of {mb * acc} on the "
+                   f"same examples (lengths {lengths[0]}-{lengths[-1]}): largest gradient "
+                   f"difference {relative:.1e} of the largest gradient, tolerance {rtol:.0e} in "
+                   f"{t.precision}; loss normalised by the update's target count (S2)",
+                   details, inputs)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# gate 10: evaluation at the longest sequences
+# ---------------------------------------------------------------------------------------------
+
+def evaluation_gate(state: PilotState) -> Outcome:
+    """Gate 10: the evaluation procedure on one batch of the longest validation examples,
+    generation included for generation tasks: it can be the highest peak (S4)."""
+    t = state.training
+    examples, encoded = state.prepared.splits["validation"], state.encoded.validation
+    order = sorted(range(len(examples)), key=lambda i: len(encoded[i].input_ids), reverse=True)
+    chosen = [examples[i] for i in order[: t.eval_batch_size]]
+    length = len(encoded[order[0]].input_ids)
+    state.shape = {"microbatch": len(chosen), "length": length, "accumulation": 1}
+    if state.hooks.before_forward is not None:
+        state.hooks.before_forward(state.phase)
+    result = state.session.evaluate(state.model, state.campaign, examples=chosen)
+    synchronize(state.device)
+    seconds = result.timings["seconds"]
+    full = seconds / len(chosen) * len(examples)
+    state.measurements["eval_seconds"] = full
+    state.eval_metrics = result.metrics
+    gen = (f" with greedy generation of up to {t.max_new_tokens} new tokens"
+           if state.kind != "classification" else "")  # fmt: skip
+    loss = result.metrics.get("loss")
+    sentence = (f"the {len(chosen)} longest validation examples (up to {length} tokens) in one "
+                f"batch of {t.eval_batch_size}{gen}: {seconds:.3g} s; a full validation pass of "
+                f"{len(examples)} examples is estimated at {full:.3g} s (an upper bound)")  # fmt: skip
+    details = {"metrics": result.metrics, "config_hash": result.config_hash, "seconds": seconds}
+    if loss is not None and loss != loss:
+        return Outcome(Verdict.WARN, f"{sentence}; its loss is not a number: check the loss "
+                       "positions of the validation examples", details, dict(state.shape))  # fmt: skip
+    return Outcome(Verdict.PASS, f"{sentence}; the metrics mean nothing yet (a few pilot updates)",
+                   details, dict(state.shape))  # fmt: skip
