@@ -1,0 +1,100 @@
+"""The whole campaign, in the order a careful engineer runs it, on the demo folder:
+
+audit -> baseline -> pilot -> plan -> the learning-rate sweep -> compare -> export -> verify
+-> report. Each step is the ordinary command's body, so every file the demo leaves can be
+re-read and re-run by hand. A FAIL does not stop the chain (the dossier must show it); it
+makes the demo exit 1 at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tunepilot.workspace import Workspace
+
+
+@dataclass
+class StepLog:
+    """What each step returned and how long it took, for the closing summary."""
+
+    rows: list[tuple[str, int, float]] = field(default_factory=list)
+
+    def run(self, name: str, body: Callable[[], int]) -> int:
+        from tunepilot.console import console
+
+        console.rule(f"[bold]{name}")
+        start = time.perf_counter()
+        code = body()
+        self.rows.append((name, code, time.perf_counter() - start))
+        return code
+
+
+def export_target(ws: Workspace, comparison: Any) -> str | None:
+    """The run to deliver: the adopted variant's first completed seed, else the control's."""
+    from tunepilot.ledger import Ledger
+
+    wanted = comparison.adopted or "control"
+    with Ledger.open(ws.ledger_path) as ledger:
+        runs = [r for r in ledger.list_runs() if r.variant == wanted and r.status == "completed"]
+    return sorted(runs, key=lambda r: (r.seed, r.id))[0].id if runs else None
+
+
+def run_chain(campaign_path: Path) -> int:
+    """Run every step; returns 1 if any step reported a FAIL, else 0."""
+    from tunepilot import run_flow
+    from tunepilot.compare import compare_campaign, compare_command
+    from tunepilot.console import console
+    from tunepilot.data_flow import audit_workspace
+    from tunepilot.pilot.flow import run_pilot, run_plan
+    from tunepilot.report.flow import report_command
+    from tunepilot.verify import export_command, verify_command
+
+    ws = Workspace.open(campaign_path)
+    log = StepLog()
+    total_start = time.perf_counter()
+    log.run("data audit (D1-D8)", lambda: audit_workspace(ws, as_json=False))
+    log.run("baseline (H3)", lambda: run_flow.baseline(ws, as_json=False))
+    log.run("pilot: 13 gates (S1-S7, D7, D9)", lambda: run_pilot(ws, as_json=False))
+    log.run("plan (L1, L3)", lambda: run_plan(ws, gpu=None, as_json=False))
+    log.run("sweep: variants x seeds (V1-V6)",
+            lambda: run_flow.run(ws, None, None, None, as_json=False))
+    log.run("compare (V5-V7)", lambda: compare_command(ws, as_json=False))
+    comparison = compare_campaign(ws)
+    target = export_target(ws, comparison)
+    bundle = ws.exports_dir / (target or "none")
+    if target is not None:
+        log.run(f"export {target} (P4, R3)", lambda: export_command(ws, target, None, False))
+        log.run("verify in a new process (R2, R4)", lambda: verify_command(bundle, False))
+    log.run("report (L4, L5)", lambda: report_command(ws, open_browser=False, as_json=False))
+
+    console.rule("[bold]summary")
+    minutes = (time.perf_counter() - total_start) / 60
+    failed = [name for name, code, _ in log.rows if code == 1]
+    for line in summary_lines(ws, comparison, target, minutes, failed):
+        console.print(line, highlight=False)
+    return 1 if failed else 0
+
+
+def summary_lines(ws: Workspace, comparison: Any, target: str | None, minutes: float,
+                  failed: list[str]) -> list[str]:
+    """Five lines a person reads first; every figure comes from the files the steps wrote."""
+    prepared = ws.prepare(write=False)
+    counts = ", ".join(f"{k} {len(v)}" for k, v in prepared.splits.items())
+    metric = comparison.metric
+    by_name = {v.name: v for v in comparison.variants}
+    control = by_name.get("control")
+    control_mean = control.summary.get(metric, {}).get("mean") if control else None
+    shown = f"{control_mean:.3f}" if isinstance(control_mean, int | float) else "n/a"
+    checks = "every step passed or warned" if not failed else f"FAIL in: {', '.join(failed)}"
+    return [
+        f"1. data version {prepared.version} ({counts}); {checks}.",
+        f"2. control {metric} on validation: {shown} (mean over seeds); "
+        f"{len(comparison.variants) - 1} variant(s) compared.",
+        f"3. decision: {comparison.decision}",
+        f"4. delivered: {ws.exports_dir / target if target else 'nothing (no completed run)'}",
+        f"5. dossier: {ws.report_dir / 'index.html'} ({minutes:.1f} min in all)",
+    ]
