@@ -78,3 +78,20 @@ def _with_overrides(text: str, overrides: dict[str, object]) -> str:
             break
         leading.append(line)
     return "\n".join(leading) + "\n" + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
+
+
+def run_demo(folder: Path, task: str = "classification") -> int:
+    """Write the demo folder and run the whole chain (see demo/chain.py)."""
+    from tunepilot.console import console
+    from tunepilot.demo.chain import run_chain
+
+    folder = Path(folder)
+    if (folder / "campaign.yaml").exists():
+        from tunepilot.errors import input_error
+
+        raise input_error(str(folder), "a campaign already lives here",
+                          "pass another folder, or delete this one to start over")
+    path = write_demo_campaign(folder, task)
+    model = "MiniLM" if "name_or_path: minilm" in path.read_text() else "a tiny model"
+    console.print(f"demo campaign written to [bold]{path}[/] (base: {model})")
+    return run_chain(path)
