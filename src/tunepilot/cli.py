@@ -405,6 +405,25 @@ def verify(
     _run(lambda: verify_command(bundle, as_json, base))
 
 
+@app.command()
+def report(
+    args: CampaignArgs = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Open the dossier in the system browser.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Write one self-contained HTML dossier a colleague can re-read months later: hypothesis,
+    data audit, pilot gates, sizing, plan, every run, curves, comparison, per-class charts,
+    test looks, notebook, exports and observed limits (L4, L5).
+
+    Example: tunepilot report campaign.yaml --open
+    """
+    from tunepilot.report.flow import report_command
+
+    _run(lambda: report_command(_workspace(args), open_browser, as_json))
+
+
 # ---------------------------------------------------------------------------------------------
 # demo
 # ---------------------------------------------------------------------------------------------
