@@ -97,8 +97,8 @@ def _relative_gap(a: list[float], b: list[float]) -> float:
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One torchrun launch (2 ranks) for every distributed run, and the 1-process reference."""
+def reference(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The data, the spec the children read, and the 1-process x accumulation 8 reference."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -109,53 +109,82 @@ def runs(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     tok = AutoTokenizer.from_pretrained(str(tiny_llama_dir))
     data = _examples(tok)
     prompts = [d.input_ids[:6] for d in data[:3]]
-    prompts = [p + [tok.pad_token_id] * (6 - len(p)) for p in prompts]
     spec = {
         "model_dir": str(tiny_llama_dir), "data": [asdict(d) for d in data], "out": str(out),
         "settings": {**SETTINGS, "accumulation": 4}, "pad_id": tok.pad_token_id,
-        "prompts": prompts,
-        "runs": [["ddp", "ddp", None, False], ["fsdp", "fsdp", None, False],
-                 ["fsdp-resumed", "fsdp", 3, False], ["fsdp-resumed", "fsdp", None, True]],
+        "prompts": [p + [tok.pad_token_id] * (6 - len(p)) for p in prompts],
     }  # fmt: skip
-    (out / "spec.json").write_text(json.dumps(spec))
     (out / "child.py").write_text(CHILD)
-    launched = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         str(out / "child.py"), str(out / "spec.json")],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
 
-    # The reference: one process, accumulation 8, the same model and data.
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir))
     lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
     model = get_peft_model(base, lora)
     settings = TrainingSettings(**{**SETTINGS, "accumulation": 8})
-    ids = torch.tensor(prompts)
+    ids = torch.tensor(spec["prompts"])
 
     def evaluate(model) -> dict:  # the child's, in this process
-        gen = model.generate(input_ids=ids[:, :3], attention_mask=torch.ones_like(ids[:, :3]),
-                             max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
+        gen = model.generate(
+            input_ids=ids[:, :3],
+            attention_mask=torch.ones_like(ids[:, :3]),
+            max_new_tokens=4,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+        )
         return {"loss": float(model(input_ids=ids, labels=ids).loss), "generated": gen.tolist()}
 
     train(model, data, settings, out / "single", kind="causal_lm", pad_id=tok.pad_token_id,
           evaluate=evaluate, progress=False)  # fmt: skip
-    return {"out": out, "launched": launched}
+    return {"out": out, "spec": spec}
 
 
-def test_b3_two_ranks_exit_zero_without_a_gloo_abort(runs: dict):
-    launched = runs["launched"]
+def _launch(reference: dict, name: str, runs: list[list]) -> subprocess.CompletedProcess:
+    out = reference["out"]
+    (out / f"{name}.json").write_text(json.dumps({**reference["spec"], "runs": runs}))
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         str(out / "child.py"), str(out / f"{name}.json")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ddp(reference: dict) -> subprocess.CompletedProcess:
+    """One torchrun launch, 2 ranks, DDP: the fast tier's distributed test (~10 s idle)."""
+    return _launch(reference, "ddp", [["ddp", "ddp", None, False]])
+
+
+@pytest.fixture(scope="module")
+def fsdp(reference: dict) -> subprocess.CompletedProcess:
+    """FSDP2, then FSDP2 paused after 3 updates and resumed into a freshly built model."""
+    return _launch(reference, "fsdp", [
+        ["fsdp", "fsdp", None, False], ["fsdp-resumed", "fsdp", 3, False],
+        ["fsdp-resumed", "fsdp", None, True],
+    ])  # fmt: skip
+
+
+STRATEGIES = ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_b3_b4_two_ranks_exit_zero_without_a_gloo_abort(request, strategy):
+    launched = request.getfixturevalue(strategy)
     assert launched.returncode == 0, launched.stderr[-3000:]
     assert "terminate called" not in launched.stderr
     finished = [json.loads(line) for line in launched.stdout.splitlines() if line.startswith("{")]
-    assert sorted((f["run"], f["rank"]) for f in finished if f["status"] == "completed") == [
-        ("ddp", 0), ("ddp", 1), ("fsdp", 0), ("fsdp", 1), ("fsdp-resumed", 0), ("fsdp-resumed", 1)
-    ]
+    runs = {f["run"] for f in finished}
+    assert sorted((f["run"], f["rank"]) for f in finished if f["status"] == "completed") == sorted(
+        (run, rank) for run in runs for rank in (0, 1)
+    )
+    assert strategy in runs
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_b3_b4_two_ranks_x_accumulation_4_match_one_rank_x_accumulation_8(runs, strategy):
-    out = runs["out"]
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_b3_b4_two_ranks_x_accumulation_4_match_one_rank_x_accumulation_8(
+    request, reference, strategy
+):
+    request.getfixturevalue(strategy)
+    out = reference["out"]
     single, replicas = _curve(out / "single"), _curve(out / strategy)
     gap = _relative_gap(replicas, single)
     norms = _relative_gap(_curve(out / strategy, "grad_norm"), _curve(out / "single", "grad_norm"))
@@ -169,50 +198,171 @@ def test_b3_b4_two_ranks_x_accumulation_4_match_one_rank_x_accumulation_8(runs, 
     assert _curve(out / strategy, "examples") == _curve(out / "single", "examples") == [16, 2] * 3
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_b3_rank0_alone_writes_one_line_per_update_and_per_evaluation(runs, strategy):
-    folder = runs["out"] / strategy
-    assert [json.loads(x)["update"] for x in (folder / "metrics.jsonl").read_text().splitlines()] \
-        == [1, 2, 3, 4, 5, 6]  # fmt: skip
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_b3_b4_rank0_alone_writes_one_line_per_update_and_per_evaluation(
+    request, reference, strategy
+):
+    request.getfixturevalue(strategy)
+    folder = reference["out"] / strategy
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["update"] for x in lines] == [1, 2, 3, 4, 5, 6]
     evals = [json.loads(x) for x in (folder / "evals.jsonl").read_text().splitlines()]
     assert [e["update"] for e in evals] == [3, 6]
-    single = [json.loads(x) for x in (runs["out"] / "single" / "evals.jsonl").read_text().splitlines()]
-    # FSDP evaluates on every rank in lockstep (its forwards gather weights), DDP on rank 0.
-    assert [e["eval"]["generated"] for e in evals] == [e["eval"]["generated"] for e in single]
+    single = (reference["out"] / "single" / "evals.jsonl").read_text().splitlines()
+    # FSDP evaluates on every rank in lockstep (its forwards gather weights), DDP on rank 0;
+    # greedy generation through either gives the 1-process tokens.
+    assert [e["eval"]["generated"] for e in evals] == [
+        json.loads(x)["eval"]["generated"] for x in single
+    ]
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == [
         "step-000003", "step-000006"
     ]  # fmt: skip
 
 
-def test_b4_sharded_checkpoint_is_the_single_process_format(runs):
+@pytest.mark.slow
+def test_b4_sharded_checkpoint_is_the_single_process_format(reference, ddp, fsdp):
     """The FSDP2 checkpoint loads in one process with the ordinary loader (weights and
     optimizer), and holds the same numbers as the DDP one, to the float32 tolerance."""
+    from peft import LoraConfig, get_peft_model
     from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
 
     from tunepilot.train.checkpoint import load_checkpoint
 
-    out = runs["out"]
-    fsdp, ddp = out / "fsdp" / "checkpoints" / "step-000006", out / "ddp" / "checkpoints" / "step-000006"
-    assert sorted(p.name for p in fsdp.iterdir()) == sorted(p.name for p in ddp.iterdir())
+    out = reference["out"]
+    sharded = out / "fsdp" / "checkpoints" / "step-000006"
+    replicated = out / "ddp" / "checkpoints" / "step-000006"
+    assert sorted(p.name for p in sharded.iterdir()) == sorted(p.name for p in replicated.iterdir())
     for name in ("adapter_model.safetensors", "optimizer.safetensors"):
-        a, b = load_file(str(fsdp / name)), load_file(str(ddp / name))
+        a, b = load_file(str(sharded / name)), load_file(str(replicated / name))
         assert a.keys() == b.keys(), name
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-6)
 
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    spec = json.loads((out / "spec.json").read_text())
-    base = AutoModelForCausalLM.from_pretrained(spec["model_dir"])
+    base = AutoModelForCausalLM.from_pretrained(reference["spec"]["model_dir"])
     model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-3)
-    state = load_checkpoint(fsdp, model, optimizer)
+    state = load_checkpoint(sharded, model, optimizer)
     assert state["update"] == 6 and state["plan"]["replicas"] == 2
     assert len(optimizer.state) == len(params)
 
 
-def test_r1_b4_fsdp_pause_and_resume_continues_the_identical_curve(runs):
-    out = runs["out"]
+@pytest.mark.slow
+def test_r1_b4_fsdp_pause_and_resume_continues_the_identical_curve(reference, fsdp):
+    out = reference["out"]
     assert _curve(out / "fsdp-resumed") == _curve(out / "fsdp")
+
+
+# ---------------------------------------------------------------------------------------------
+# the entry points: `tunepilot run --nproc N` (jobs.run_distributed -> torchrun -> worker)
+# ---------------------------------------------------------------------------------------------
+
+SHORT = {
+    "training.budget.updates": 6, "training.eval_every": 3, "training.microbatch": 2,
+    "training.accumulation": 4, "training.warmup_updates": 0, "training.lr": 2e-3,
+    "training.max_new_tokens": 8, "seeds": [0],
+}  # fmt: skip
+
+
+def test_b3_launch_is_standalone_unless_rendezvous_flags_are_passed_through():
+    from tunepilot.jobs import torchrun_command
+
+    cmd = torchrun_command("c.yaml", 2, "control", 1, ["training.lr=1e-4"], strategy="fsdp")
+    assert cmd[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    tail = cmd[cmd.index("tunepilot.train.worker") + 1 :]
+    assert tail == ["c.yaml", "training.lr=1e-4", "--variant", "control", "--seed", "1",
+                    "--strategy", "fsdp"]  # fmt: skip
+    rendezvous = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv_endpoint", "host:29400"]
+    multi = torchrun_command("c.yaml", 4, "control", 0, [], rendezvous)
+    assert "--standalone" not in multi and "--rdzv_endpoint" in multi
+    resumed = torchrun_command("c.yaml", 2, "v", 0, run_id="v-s0-1", resume=True, stop_after=3)
+    assert resumed[-5:] == ["--run-id", "v-s0-1", "--resume", "--stop-after", "3"]
+
+
+def test_b3_worker_outside_torchrun_says_how_to_launch_it(monkeypatch):
+    from tunepilot.errors import InputError
+    from tunepilot.train.distributed import init_process_group_from_env
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(InputError, match="not inside torchrun") as err:
+        init_process_group_from_env()
+    assert "tunepilot run --nproc" in err.value.problems[0].fix
+
+
+def test_b4_unknown_strategy_is_refused_with_the_known_ones():
+    from tunepilot.errors import InputError
+    from tunepilot.train.distributed import DistContext, wrap_model
+
+    with pytest.raises(InputError, match="unknown strategy") as err:
+        wrap_model(torch.nn.Linear(2, 2), "zero3", DistContext(0, 1, 0, "cpu", "gloo"))
+    assert "ddp, fsdp" in err.value.problems[0].fix
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny causal-LM extraction campaign (greedy generation at evaluation)."""
+    from tunepilot.demo.campaign import write_demo_campaign
+
+    folder = tmp_path_factory.mktemp("nproc-campaign")
+    return write_demo_campaign(folder, "extraction", tiny=True, n_conversations=40, overrides=SHORT)
+
+
+@pytest.fixture(scope="module")
+def single_run(campaign: Path) -> list[float]:
+    """The same campaign in one process with accumulation 8: 16 examples per update."""
+    from tunepilot import run_flow
+    from tunepilot.workspace import Workspace
+
+    ws = Workspace.open(campaign, ["training.accumulation=8"])
+    run_flow.run(ws, ["control"], "0", None, as_json=True)
+    return _curve(ws.runs_dir / "control-s0-1")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_b3_b4_s7_run_nproc_2_through_the_entry_points(campaign, single_run, strategy, capfd):
+    import yaml
+
+    from tunepilot.jobs import run_distributed
+    from tunepilot.ledger import Ledger
+    from tunepilot.workspace import Workspace
+
+    ws = Workspace.open(campaign)
+    assert run_distributed(ws, "control", 0, 2, strategy) == 0
+    printed = " ".join(capfd.readouterr().out.split())
+    assert f"world size 2 ({strategy}, gloo on cpu)" in printed
+    assert "2 per microbatch x 4 accumulations x 2 replicas = 16 examples per update" in printed
+    with Ledger.open(ws.ledger_path) as ledger:
+        row = ledger.list_runs()[-1]
+        assert row.status == "completed", row.reason
+        assert row.budget["world_size"] == 2 and row.budget["examples_per_update"] == 16
+        assert len(ledger.curve(row.id)) == 6
+        assert ledger.evaluations(run_id=row.id)[-1].split == "validation"
+    run_dir = ws.runs_dir / row.id
+    resolved = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
+    assert resolved["training"]["distributed"] == {"strategy": strategy, "nproc": 2}
+    assert resolved["_run"]["world_size"] == 2 and resolved["_run"]["examples_per_update"] == 16
+    replicas = _curve(run_dir)
+    print(f"\n{strategy} via torchrun: max relative gap {_relative_gap(replicas, single_run):.2e}")
+    torch.testing.assert_close(replicas, single_run, rtol=RTOL, atol=0)
+
+
+@pytest.mark.slow
+def test_r1_b4_resume_keeps_the_world_size_and_continues_the_curve(campaign):
+    from tunepilot.errors import InputError
+    from tunepilot.jobs import resume_distributed, run_distributed
+    from tunepilot.ledger import Ledger
+    from tunepilot.workspace import Workspace
+
+    ws = Workspace.open(campaign)
+    assert run_distributed(ws, "control", 0, 2, "fsdp") == 0
+    assert run_distributed(ws, "control", 0, 2, "fsdp", stop_after=3) == 0
+    with Ledger.open(ws.ledger_path) as ledger:
+        reference, paused = ledger.list_runs()[-2:]
+    assert paused.status == "interrupted" and len(_curve(ws.runs_dir / paused.id)) == 3
+    with pytest.raises(InputError, match="another world size"):
+        resume_distributed(ws, paused.id, nproc=1)
+    assert resume_distributed(ws, paused.id) == 0
+    assert _curve(ws.runs_dir / paused.id) == _curve(ws.runs_dir / reference.id)

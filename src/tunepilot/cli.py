@@ -260,6 +260,15 @@ def baseline(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
     _run(lambda: run_flow.baseline(_workspace(args), as_json))
 
 
+Nproc = Annotated[
+    int | None, typer.Option("--nproc", help="Data replicas per run, launched with torchrun.")
+]
+TorchrunArgs = Annotated[
+    list[str] | None,
+    typer.Option("--torchrun-arg", help="Passed to torchrun, e.g. --torchrun-arg=--nnodes=2."),
+]
+
+
 @app.command("run")
 def run_command(
     args: CampaignArgs = None,
@@ -273,6 +282,14 @@ def run_command(
         int | None,
         typer.Option("--stop-after", help="Pause each run after N updates (resume later)."),
     ] = None,
+    nproc: Nproc = None,
+    strategy: Annotated[
+        str | None, typer.Option(help="ddp | fsdp (default: the campaign's).")
+    ] = None,
+    jobs: Annotated[
+        int | None, typer.Option(help="Run N independent runs side by side (one per GPU).")
+    ] = None,
+    torchrun_arg: TorchrunArgs = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Train variants x seeds; every run gets an id, a folder and a ledger line (V1-V6).
@@ -282,10 +299,16 @@ def run_command(
       tunepilot run campaign.yaml
 
       tunepilot run campaign.yaml --variant control --variant lr-2e-4 --seeds 0,1
+
+      tunepilot run campaign.yaml --nproc 2 --strategy fsdp
+
+      tunepilot run campaign.yaml --jobs 2
     """
     from tunepilot import run_flow
 
-    _run(lambda: run_flow.run(_workspace(args), variant, seeds, stop_after, as_json))
+    _run(lambda: run_flow.run_any(
+        _workspace(args), variant, seeds, stop_after, as_json, nproc=nproc, strategy=strategy,
+        jobs=jobs, torchrun_args=torchrun_arg))
 
 
 @app.command()
@@ -295,6 +318,8 @@ def resume(
     stop_after: Annotated[
         int | None, typer.Option("--stop-after", help="Pause again after N updates in all.")
     ] = None,
+    nproc: Nproc = None,
+    torchrun_arg: TorchrunArgs = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Continue a run from its latest checkpoint in this new process: same step, lr, data
@@ -304,7 +329,8 @@ def resume(
     """
     from tunepilot import run_flow
 
-    _run(lambda: run_flow.resume(_workspace(args), run_id, stop_after, as_json))
+    _run(lambda: run_flow.resume_any(_workspace(args), run_id, stop_after, as_json, nproc,
+                                     torchrun_arg))
 
 
 @app.command()

@@ -119,7 +119,7 @@ def evaluate(
     )
 
 
-def _pad_id(tokenizer: Any) -> int:
+def pad_id_of(tokenizer: Any) -> int:
     """pad, else EOS (Llama-style tokenizers have no pad), else 0: masked positions anyway."""
     for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
         if candidate is not None:
@@ -159,7 +159,7 @@ def _classify(
             ],
             title="label mapping mismatch",
         )
-    pad = _pad_id(encoder.tokenizer)
+    pad = pad_id_of(encoder.tokenizer)
     rows: list[dict[str, Any]] = []
     loss_sum = 0.0
     for i in range(0, len(examples), batch_size):
@@ -217,7 +217,7 @@ def _generate(
     device: str,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     tokenizer = encoder.tokenizer
-    pad, eos = _pad_id(tokenizer), tokenizer.eos_token_id
+    pad, eos = pad_id_of(tokenizer), tokenizer.eos_token_id
     outputs: list[str] = []
     stopped: list[bool] = []
     n_tokens: list[int] = []

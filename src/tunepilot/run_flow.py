@@ -47,6 +47,42 @@ def baseline(ws: Workspace, as_json: bool) -> int:
     return 0
 
 
+def run_any(ws: Workspace, variants: list[str] | None, seeds: str | None,
+            stop_after: int | None, as_json: bool, *, nproc: int | None = None,
+            strategy: str | None = None, jobs: int | None = None,
+            torchrun_args: list[str] | None = None) -> int:
+    """Route `tunepilot run`: side-by-side jobs, torchrun replicas (B3, B4), or in-process."""
+    from tunepilot import jobs as jobs_module
+
+    dist = ws.campaign.training.distributed
+    replicas = nproc or dist.nproc
+    if jobs and replicas > 1:
+        raise input_error("--jobs", "--jobs runs whole runs side by side; it cannot be combined "
+                          f"with {replicas} replicas per run", "use one of --jobs or --nproc")
+    if jobs:
+        return jobs_module.run_jobs(ws, variants, seeds, jobs, stop_after=stop_after)
+    if replicas > 1 or (strategy or dist.strategy) != "none":
+        names = variants or variant_names(ws.campaign)
+        codes = [
+            jobs_module.run_distributed(ws, name, seed, replicas, strategy,
+                                        torchrun_args=torchrun_args or (), stop_after=stop_after)
+            for name in names for seed in parse_seeds(seeds, ws.campaign.seeds)
+        ]
+        return max(codes, default=0)
+    return run(ws, variants, seeds, stop_after, as_json)
+
+
+def resume_any(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool,
+               nproc: int | None = None, torchrun_args: list[str] | None = None) -> int:
+    """A run that trained with replicas resumes with the same strategy and world size."""
+    from tunepilot.jobs import distributed_settings_of, resume_distributed
+
+    if distributed_settings_of(ws.runs_dir / run_id) is not None:
+        return resume_distributed(ws, run_id, nproc, torchrun_args=torchrun_args or (),
+                                  stop_after=stop_after)
+    return resume(ws, run_id, stop_after, as_json)
+
+
 def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after: int | None,
         as_json: bool) -> int:
     """Variants x seeds, one after the other; a failure is recorded and the sweep goes on."""

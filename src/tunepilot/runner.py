@@ -20,6 +20,7 @@ import yaml
 
 from tunepilot.campaign import Campaign
 from tunepilot.campaign.variants import CONTROL, variant_campaign, variant_diff
+from tunepilot.evaluate import pad_id_of
 from tunepilot.workspace import Workspace
 
 # How the loop's end states are recorded in the ledger (V3: every end has a reason).
@@ -113,7 +114,7 @@ def _device_of(model: Any) -> str:
     return str(next(model.parameters()).device)
 
 
-def _kind(campaign: Campaign) -> str:
+def model_kind(campaign: Campaign) -> str:
     return "classification" if campaign.hypothesis.task == "classification" else "causal_lm"
 
 
@@ -124,7 +125,7 @@ def run_campaign_for(ws: Workspace, variant: str, seed: int) -> Campaign:
     return campaign.model_copy(update={"training": training})
 
 
-def _write_run_files(run_dir: Path, campaign: Campaign, extra: dict[str, Any]) -> None:
+def write_run_files(run_dir: Path, campaign: Campaign, extra: dict[str, Any]) -> None:
     """config.resolved.yaml and env.json next to every run (STYLE 8, B2)."""
     from tunepilot.measure.env import fingerprint, git_commit
 
@@ -167,13 +168,13 @@ def execute_run(
             ledger.register_run(
                 campaign=ws.campaign.name, variant=variant, seed=seed,
                 config_hash=campaign.config_hash(), data_version=data_version,
-                control_run=_control_run(ledger, seed) if variant != CONTROL else None,
+                control_run=control_run_for(ledger, seed) if variant != CONTROL else None,
                 diff=variant_diff(ws.campaign, variant),
                 budget=campaign.training.budget.model_dump(),
                 run_dir=str(ws.runs_dir / run_id),
                 metrics_file=str(ws.runs_dir / run_id / "metrics.jsonl"), run_id=run_id,
             )  # fmt: skip
-        _write_run_files(ws.runs_dir / run_id, campaign, {
+        write_run_files(ws.runs_dir / run_id, campaign, {
             "run_id": run_id, "variant": variant, "seed": seed, "data_version": data_version,
             "retry_of": retry_of})  # fmt: skip
     run_dir = ws.runs_dir / run_id
@@ -193,8 +194,8 @@ def execute_run(
     try:
         model = session.build_model(campaign, seed)
         result = train(
-            model, encoded.train, campaign.training, run_dir, kind=_kind(campaign),
-            pad_id=_pad_id(ws.tokenizer), evaluate=evaluate_point,
+            model, encoded.train, campaign.training, run_dir, kind=model_kind(campaign),
+            pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point,
             resume=run_dir if resume_run_id else None, on_update=on_update,
             progress=progress, stop_after=stop_after,
         )  # fmt: skip
@@ -268,17 +269,10 @@ def predictions_from_rows(rows: list[dict[str, Any]]) -> list[Any]:
     return out
 
 
-def _control_run(ledger: Any, seed: int) -> str | None:
+def control_run_for(ledger: Any, seed: int) -> str | None:
     """The latest control run with the same seed, the one a variant is compared to."""
     rows = [r for r in ledger.list_runs() if r.variant == CONTROL and r.seed == seed]
     return rows[-1].id if rows else None
-
-
-def _pad_id(tokenizer: Any) -> int:
-    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
-        if candidate is not None:
-            return int(candidate)
-    return 0
 
 
 def load_trained_model(session: Session, ledger: Any, run_id: str) -> tuple[Any, Campaign, Path]:
