@@ -55,7 +55,8 @@ prompts = torch.tensor(spec["prompts"])
 def build():
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(spec["model_dir"])
-    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
+    dropout = spec.get("lora_dropout", 0.0)
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=["q_proj", "v_proj"])
     return get_peft_model(base, lora)
 
 def evaluate(model):
@@ -252,6 +253,67 @@ def test_b4_sharded_checkpoint_is_the_single_process_format(reference, ddp, fsdp
 def test_r1_b4_fsdp_pause_and_resume_continues_the_identical_curve(reference, fsdp):
     out = reference["out"]
     assert _curve(out / "fsdp-resumed") == _curve(out / "fsdp")
+
+
+@pytest.fixture(scope="module")
+def dropout(reference: dict) -> list[subprocess.CompletedProcess]:
+    """LoRA dropout 0.1, DDP and FSDP2: 6 updates, and 3 updates then a resume to 6 in a
+    second torchrun launch (new processes: all they continue from is on disk)."""
+    with_dropout = {**reference, "spec": {**reference["spec"], "lora_dropout": 0.1}}
+    first = _launch(with_dropout, "dropout", [
+        run for s in ("ddp", "fsdp")
+        for run in ([f"{s}-dropout", s, None, False], [f"{s}-dropout-resumed", s, 3, False])
+    ])  # fmt: skip
+    if first.returncode:
+        return [first]
+    resumes = [[f"{s}-dropout-resumed", s, None, True] for s in ("ddp", "fsdp")]
+    return [first, _launch(with_dropout, "dropout-resume", resumes)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_r1_b3_b4_resume_with_dropout_restores_every_ranks_generators(reference, dropout, strategy):
+    """With dropout every rank draws its own masks: the checkpoint holds every rank's
+    generators, so the resumed curve and the final adapter are bit-identical (CPU)."""
+    from safetensors.torch import load_file
+
+    for launched in dropout:
+        assert launched.returncode == 0, launched.stderr[-3000:]
+    out = reference["out"]
+    whole, resumed = out / f"{strategy}-dropout", out / f"{strategy}-dropout-resumed"
+    assert len(_curve(whole)) == 6
+    print(f"\n{strategy}, dropout 0.1: whole {_curve(whole)}\n  resumed {_curve(resumed)}")
+    assert _curve(resumed) == _curve(whole)
+    assert _curve(resumed, "grad_norm") == _curve(whole, "grad_norm")
+    a, b = (load_file(str(r / "checkpoints" / "step-000006" / "adapter_model.safetensors"))
+            for r in (whole, resumed))  # fmt: skip
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    state = json.loads((resumed / "checkpoints" / "step-000003" / "state.json").read_text())
+    assert sorted(state["rng_ranks"]) == ["1"]  # rank 0's stay where one process puts them
+    tensors = load_file(str(resumed / "checkpoints" / "step-000003" / "rng.safetensors"))
+    assert not torch.equal(tensors["torch_cpu"], tensors["rank1.torch_cpu"])
+
+
+def test_r1_b3_rng_files_keep_one_process_format_and_give_each_rank_its_own():
+    """World size 1 writes exactly what a single process always wrote; with replicas rank
+    r > 0 is under "rank<r>." and "rng_ranks"; a checkpoint that saved rank 0's generators
+    only gives ranks > 0 None (the loop then reseeds them)."""
+    from tunepilot.train import rng
+
+    rng.seed_everything(1)
+    one = rng.capture()
+    rng.seed_everything(2)
+    two = rng.capture()
+    entries, tensors = rng.to_files([one])
+    assert entries == {"rng": one[0]} and tensors.keys() == one[1].keys()
+    entries, tensors = rng.to_files([one, two])
+    assert set(entries) == {"rng", "rng_ranks"} and "rank1.torch_cpu" in tensors
+    for rank, captured in enumerate((one, two)):
+        json_part, mine = rng.of_rank(entries, tensors, rank)
+        assert json_part == captured[0] and mine.keys() == captured[1].keys()
+        assert all(torch.equal(mine[k], captured[1][k]) for k in mine)
+    old_entries, old_tensors = rng.to_files([one])
+    assert rng.of_rank(old_entries, old_tensors, 1) is None
 
 
 # ---------------------------------------------------------------------------------------------

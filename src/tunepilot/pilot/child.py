@@ -1,10 +1,8 @@
-"""Gates 9 and 11-13, what goes beyond one step: the tiny-subset overfit (D7), the checkpoint
-save, resume in a new process (R1) and export (R2).
+"""Gates 9, 12 and 13, what goes beyond one step: the tiny-subset overfit (D7), resume in a
+new process (R1) and export (R2).
 
 Overfit: a handful of examples learned at a raised lr; finite values, a falling loss and
 their labels or answers recovered. A check of the mechanics, never of generalisation.
-
-Checkpoint: the full training state saved as a run saves it; time, size and memory.
 
 Resume: the parent trains RESUME_UPDATES updates through the real loop (`train.loop.train`)
 with a checkpoint half-way; then `python -m tunepilot.pilot.child SPEC` - a fresh Python
@@ -13,7 +11,6 @@ checkpoint and trains to the end. Compared with the uninterrupted parent: the re
 each continued update's learning rate and loss, the ids of the next batch, and the final
 weights. On CPU these must be exactly equal (the loop is deterministic there); on a GPU the
 losses must agree within RESUME_GPU_RTOL, since some kernels are not bitwise reproducible.
-
 Both sides of the resume live in this one module so they cannot drift apart.
 
 Export: the resume run's trained model is exported with `tunepilot.export` and reloaded in a
@@ -24,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import subprocess
 import sys
 import time
@@ -31,35 +29,35 @@ from pathlib import Path
 from typing import Any
 
 from tunepilot.pilot.gates import make_optimizer, train_update
-from tunepilot.pilot.phases import Outcome, PilotState, synchronize, worst_verdict
+from tunepilot.pilot.phases import Outcome, PilotState, worst_verdict
 from tunepilot.verdict import Verdict
 
 RESUME_UPDATES = 4  # the parent's run; the child resumes from update RESUME_UPDATES // 2
 RESUME_GPU_RTOL = 1e-4
 CHILD_TIMEOUT_S = 600
 CONTROL_EXAMPLES = 4  # validation inputs replayed after the export reload
-_COMPARED = ("update", "lr", "loss", "examples_seen", "grad_norm")
-
+_COMPARED = ("update", "lr", "loss", "examples_seen", "epoch", "grad_norm")
 
 OVERFIT_EXAMPLES = 8
-OVERFIT_MAX_UPDATES = 60
+OVERFIT_MAX_UPDATES = 100
 OVERFIT_LR_FACTOR = 10.0
 OVERFIT_LOSS_FACTOR = 4.0
 OVERFIT_TOKEN_SHARE = 0.9
-"""D7 sizes, stated in the row: 8 training examples, at most 60 updates at 10x the campaign's
-lr; PASS when every loss is finite, the loss falls at least 4x and the model recovers every
-label (classification) or at least 90% of the answer tokens, teacher-forced (generation)."""
+"""D7 sizes, stated in the row: 8 examples, at most 100 updates (stopping once both goals are
+met) at 10x the campaign's lr; PASS when every loss is finite, the loss falls at least 4x and
+every label (classification) or 90% of the answer tokens, teacher-forced, are recovered."""
 
 
 def _subset(state: PilotState) -> list[Any]:
-    """8 training examples; for classification taken round-robin over classes."""
-    data = state.encoded.train
+    """The shortest training examples, one class after another for classification: the
+    mechanics do not need long inputs, and short ones keep the gate cheap."""
+    data = sorted(state.encoded.train, key=lambda e: (len(e.input_ids), e.example_id))
     if state.kind != "classification":
         return data[:OVERFIT_EXAMPLES]
     by_class: dict[int, list[Any]] = {}
     for e in data:
         by_class.setdefault(e.labels[0], []).append(e)
-    queues = [list(v) for _, v in sorted(by_class.items())]
+    queues = [by_class[k] for k in sorted(by_class)]
     picked: list[Any] = []
     while len(picked) < min(OVERFIT_EXAMPLES, len(data)):
         for q in queues:
@@ -80,9 +78,10 @@ def _recovered(state: PilotState, update: list[list[Any]]) -> tuple[int, int]:
     try:
         with torch.no_grad():
             for mb in update:
-                b = {k: v.to(state.device) for k, v in collate(mb, state.kind, state.pad_id).items()}
-                logits = state.model(input_ids=b["input_ids"],
-                                     attention_mask=b["attention_mask"]).logits  # fmt: skip
+                cpu = collate(mb, state.kind, state.pad_id)
+                b = {k: v.to(state.device) for k, v in cpu.items()}
+                logits = state.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+                logits = logits.logits
                 if state.kind == "classification":
                     hit += int((logits.argmax(-1) == b["labels"]).sum())
                     total += len(mb)
@@ -103,25 +102,31 @@ def overfit_gate(state: PilotState) -> Outcome:
 
     t = state.training
     subset = _subset(state)
-    mb = min(t.microbatch, len(subset))
+    # Microbatches never hold more tokens than the configured one at the longest length, which
+    # the first step proved: the subset's short examples usually fit in one.
+    proven = t.microbatch * max(len(e.input_ids) for e in state.encoded.train)
+    mb = max(1, min(len(subset), proven // max(len(e.input_ids) for e in subset)))
     update = [subset[i : i + mb] for i in range(0, len(subset), mb)]
     lr = t.lr * OVERFIT_LR_FACTOR
     params = [p for p in state.model.parameters() if p.requires_grad]
     saved = [p.detach().clone() for p in params]
     optimizer = make_optimizer(state.model, t, lr)
     losses: list[float] = []
-    hit = total = 0
+    hit, total = 0, 0
     unit = "labels" if state.kind == "classification" else "answer tokens"
-    where = f"{len(subset)} training examples, lr {lr:.3g} ({OVERFIT_LR_FACTOR:.0f}x the campaign's)"
+    where = (
+        f"the {len(subset)} shortest training examples, lr {lr:.3g} "
+        f"({OVERFIT_LR_FACTOR:.0f}x the campaign's)"
+    )
     try:
         for n in range(1, OVERFIT_MAX_UPDATES + 1):
             loss, norm = train_update(state, update, optimizer, lr)
             losses.append(loss)
-            if loss != loss or abs(loss) == float("inf") or norm != norm:
+            if not (math.isfinite(loss) and math.isfinite(norm)):
                 return Outcome(Verdict.FAIL, f"{where}: update {n} gave loss {loss} (gradient norm "
                                f"{norm}); lower training.lr (tried {lr:.3g} here, the campaign "
                                f"uses {t.lr:.3g}) and check the data; a long rental will not fix "
-                               "it (D7)", {"losses": losses}, inputs=dict(state.shape))  # fmt: skip
+                               "it (D7)", {"losses": losses}, dict(state.shape))  # fmt: skip
             fell = loss <= losses[0] / OVERFIT_LOSS_FACTOR
             if fell and (n % 5 == 0 or n == OVERFIT_MAX_UPDATES):
                 hit, total = _recovered(state, update)
@@ -134,18 +139,25 @@ def overfit_gate(state: PilotState) -> Outcome:
             for p, old in zip(params, saved, strict=True):
                 p.copy_(old)
                 p.grad = None
-    factor = losses[0] / losses[-1] if losses[-1] > 0 else float("inf")
+    factor = losses[0] / losses[-1] if losses[-1] > 0 else math.inf
     details = {"losses": losses, "recovered": hit, "total": total, "lr": lr, "updates": len(losses),
                "example_ids": [e.example_id for e in subset]}  # fmt: skip
     seen = (f"{where}, {len(losses)} updates: loss {losses[0]:.3f} -> {losses[-1]:.3g} "
             f"(fell {factor:.1f}x, goal >= {OVERFIT_LOSS_FACTOR:.0f}x), {hit}/{total} {unit} "
             "recovered")  # fmt: skip
     note = "a check of the mechanics, not a claim about generalisation (D7)"
-    if factor >= OVERFIT_LOSS_FACTOR and hit >= _needed(state, total):
-        return Outcome(Verdict.PASS, f"{seen}; {note}", details, inputs=dict(state.shape))
+    recovered = hit >= _needed(state, total)
+    if factor >= OVERFIT_LOSS_FACTOR and recovered:
+        return Outcome(Verdict.PASS, f"{seen}; {note}", details, dict(state.shape))
+    if recovered and factor > 1:  # it learns them, but cannot make the output confident
+        return Outcome(Verdict.WARN, f"{seen}: recovered, yet the loss barely falls: the trained "
+                       "part ranks the answers but cannot sharpen the output (is the output layer "
+                       f"frozen? see model.lora.modules_to_save); {note}", details,
+                       dict(state.shape))  # fmt: skip
     return Outcome(Verdict.FAIL, f"{seen}: the model cannot learn even these; check the labels, "
-                   "the loss mask and that the trained parameters reach the output (a long "
-                   f"rental will not fix it); {note}", details, inputs=dict(state.shape))  # fmt: skip
+                   "the loss mask, and that the trained parameters reach the output and are "
+                   "enough (LoRA rank, target modules): a long rental will not fix it; "
+                   f"{note}", details, dict(state.shape))  # fmt: skip
 
 
 def _needed(state: PilotState, total: int) -> int:
@@ -197,6 +209,13 @@ def _weights_sha(run_dir: Path) -> str | None:
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest() if files else None
 
 
+def _same(x: Any, y: Any, exact: bool) -> bool:
+    """Equal on CPU; on a GPU floats agree within RESUME_GPU_RTOL."""
+    if exact or not isinstance(x, float) or not isinstance(y, float):
+        return bool(x == y)
+    return abs(x - y) <= RESUME_GPU_RTOL * max(abs(x), 1e-12)
+
+
 def resume_gate(state: PilotState) -> Outcome:
     """Gate 12 (R1): the uninterrupted run and the one resumed in a new process agree."""
     import torch
@@ -209,28 +228,37 @@ def resume_gate(state: PilotState) -> Outcome:
     data = state.encoded.train
     model = state.session.build_model(state.campaign, state.seed).to(state.device)
     state.shape = {"microbatch": settings.microbatch, "accumulation": settings.accumulation}
-    result = train(model, data, settings, root / "parent", kind=state.kind, pad_id=state.pad_id,
-                   progress=False)  # fmt: skip
+    # Both sides on the same thread count (CPU kernels may sum in another order otherwise);
+    # one thread keeps the child from stalling when other work shares the cores.
+    before = torch.get_num_threads()
+    threads = 1 if state.device.type == "cpu" else before
+    torch.set_num_threads(threads)
+    try:
+        result = train(model, data, settings, root / "parent", kind=state.kind,
+                       pad_id=state.pad_id, progress=False)  # fmt: skip
+    finally:
+        torch.set_num_threads(before)
     state.trained_model = model
     parent = _metrics(root / "parent")
     spec = {
         "campaign_file": str(state.ws.campaign_file), "overrides": state.ws.overrides,
         "seed": state.seed, "settings": settings.model_dump(mode="json"),
         "resume": str(step_folder(root / "parent", half)), "run_dir": str(root / "child"),
-        "threads": torch.get_num_threads(), "device": str(state.device),
+        "threads": threads, "device": str(state.device),
         "out": str(root / "child.json"),
     }  # fmt: skip
     (root / "spec.json").write_text(json.dumps(spec, indent=2), encoding="utf-8")
     tick = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "tunepilot.pilot.child", str(root / "spec.json")],
-                          capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)  # fmt: skip
+    command = [sys.executable, "-m", "tunepilot.pilot.child", str(root / "spec.json")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
+                          check=False)  # fmt: skip
     seconds = time.perf_counter() - tick
     state.measurements["resume_seconds"] = seconds
     if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-3:]
-        return Outcome(Verdict.FAIL, f"the resumed process exited {done.returncode}: "
-                       f"{' | '.join(tail)[:400]}; run `python -m tunepilot.pilot.child "
-                       f"{root / 'spec.json'}` to see it all", {"stderr": done.stderr[-6000:]})  # fmt: skip
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])[:400]
+        return Outcome(Verdict.FAIL, f"the resumed process exited {done.returncode}: {tail}; "
+                       f"run `{' '.join(command)}` to see it all",
+                       {"stderr": done.stderr[-6000:]})  # fmt: skip
     child = json.loads((root / "child.json").read_text(encoding="utf-8"))
     exact = state.device.type == "cpu"
     problems = []
@@ -246,9 +274,7 @@ def resume_gate(state: PilotState) -> Outcome:
         a, b = parent.get(update, {}), theirs.get(update, {})
         for key in _COMPARED:
             x, y = a.get(key), b.get(key)
-            same = x == y if exact or not isinstance(x, float) else (
-                y is not None and abs(x - y) <= RESUME_GPU_RTOL * max(abs(x), 1e-12))
-            if not same:
+            if not _same(x, y, exact):
                 problems.append(f"update {update} {key}: {x} uninterrupted, {y} resumed")
     if exact and child["weights_sha256"] != _weights_sha(root / "parent"):
         problems.append("final weights differ from the uninterrupted run's")
@@ -260,48 +286,14 @@ def resume_gate(state: PilotState) -> Outcome:
         return Outcome(Verdict.FAIL, f"{what}: {'; '.join(problems[:4])}; resume is not exact: "
                        "do not rely on it for a long rental (R1)", details)  # fmt: skip
     rule = "bitwise equal" if exact else f"equal within {RESUME_GPU_RTOL:g} (GPU)"
-    last = parent[RESUME_UPDATES]
-    return Outcome(Verdict.PASS, f"{what}: step {half} restored; lr, loss (last {last['loss']:.6g}), "
+    last = parent[RESUME_UPDATES]["loss"]
+    return Outcome(Verdict.PASS, f"{what}: step {half} restored; lr, loss (last {last:.6g}), "
                    f"next batch ids and final weights {rule} to the uninterrupted run (R1)",
                    details)  # fmt: skip
 
 
-def checkpoint_gate(state: PilotState) -> Outcome:
-    """Gate 11: the full training state saved as a run would save it: time, size, memory (R1)."""
-    import time
-
-    from tunepilot.train.arithmetic import plan_from_settings
-    from tunepilot.train.batching import UpdateSampler
-    from tunepilot.train.checkpoint import run_identity, save_checkpoint, verify_checkpoint
-
-    t, data = state.training, state.encoded.train
-    sampler = UpdateSampler([len(e.input_ids) for e in data], t.microbatch, t.accumulation,
-                            seed=t.seed, drop_last=t.drop_last,
-                            bucket_by_length=t.bucket_by_length)  # fmt: skip
-    for _ in range(state.updates_done):
-        sampler.next_update()
-    extra = {"seed": t.seed, "examples_seen": 0, "elapsed_seconds": 0.0, "grad_scaler": None,
-             "plan": plan_from_settings(len(data), t, 1).to_json(), **run_identity(t, data)}  # fmt: skip
-    tick = time.perf_counter()
-    folder = save_checkpoint(state.folder / "checkpoint", state.updates_done, state.model,
-                             state.optimizer, sampler.state_dict(), extra, keep_last=1)  # fmt: skip
-    synchronize(state.device)
-    seconds = time.perf_counter() - tick
-    manifest = verify_checkpoint(folder)
-    size = sum(int(f["bytes"]) for f in manifest["files"].values())
-    state.measurements["checkpoint_seconds"] = seconds
-    state.measurements["checkpoint_bytes"] = size
-    from tunepilot.measure.memory import human_bytes
-
-    return Outcome(Verdict.PASS, f"saved {folder.name} ({len(manifest['files'])} files, "
-                   f"{human_bytes(size)}: weights, optimizer state, sampler position, generators) "
-                   f"in {seconds:.3g} s and verified its manifest (R1, R4)",
-                   {"folder": str(folder.relative_to(state.ws.root)), "bytes": size,
-                    "seconds": seconds})  # fmt: skip
-
-
 def _export_functions() -> tuple[Any, Any] | str:
-    """(export_model, verify) from tunepilot.export / tunepilot.verify, or why they are missing."""
+    """(export_model, verify) from tunepilot.export and tunepilot.verify, or why not."""
     try:
         from tunepilot.export import export_model
     except ImportError as exc:
@@ -338,8 +330,7 @@ def export_gate(state: PilotState) -> Outcome:
     details = {"bundle": str(Path(bundle).relative_to(state.ws.root)), "export_seconds": exported,
                "findings": [f.to_json() for f in findings]}  # fmt: skip
     if not findings:
-        return Outcome(verdict, "the reload check returned no finding: nothing was verified",
-                       details)  # fmt: skip
+        return Outcome(verdict, "the reload check returned no finding: nothing verified", details)
     head = (f"exported in {exported:.3g} s, reloaded in a new process, {len(control)} control "
             f"inputs replayed ({seconds:.3g} s in all)")  # fmt: skip
     if verdict is Verdict.PASS:
@@ -363,13 +354,10 @@ def _controls(examples: list[Any]) -> list[Any]:
 
 
 def _peak_rss_bytes() -> int | None:
-    status = Path("/proc/self/status")
-    if not status.is_file():
-        return None
-    for line in status.read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return None
+    """This process's peak RSS (VmHWM), reported back so the row can show the child's memory."""
+    from tunepilot.measure.memory import PROC_STATUS, _proc_status_bytes
+
+    return _proc_status_bytes().get("VmHWM") if PROC_STATUS.is_file() else None
 
 
 def child_main(spec_path: str) -> int:

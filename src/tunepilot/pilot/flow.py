@@ -27,11 +27,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tunepilot.campaign import stable_hash
 from tunepilot.errors import input_error
 from tunepilot.measure.memory import MemoryProbe
-from tunepilot.pilot.child import checkpoint_gate, export_gate, overfit_gate, resume_gate
+from tunepilot.pilot.child import export_gate, overfit_gate, resume_gate
 from tunepilot.pilot.gates import (
     accumulation_gate,
+    checkpoint_gate,
     data_gate,
     evaluation_gate,
     first_step_gate,
@@ -41,7 +43,7 @@ from tunepilot.pilot.gates import (
     update_audit_gate,
 )
 from tunepilot.pilot.phases import Gate, GateRow, PilotHooks, PilotState, gate_table, run_gate
-from tunepilot.pilot.stale import environment_gate
+from tunepilot.pilot.stale import environment_gate, measured_card
 from tunepilot.verdict import Verdict
 from tunepilot.workspace import Workspace
 
@@ -61,7 +63,7 @@ GATES = (
     Gate(13, "export", "R2, P4", export_gate, ("load",)),
 )
 STACK_GATES = ("environment", "first step", "steady step")  # L2: what "the stack passed" means
-_HEAVY = ("checkpoint", "export")  # folders deleted after the pilot (weights, not measurements)
+_HEAVY = ("checkpoint", "export", "resume/parent/checkpoints", "resume/child/checkpoints")
 
 
 @dataclass
@@ -89,83 +91,95 @@ def new_pilot_folder(pilots_dir: Path) -> tuple[str, Path]:
         return pilot_id, pilots_dir / pilot_id
 
 
-def _device() -> Any:
+def measured_config_hash(ws: Workspace) -> str:
+    """What the pilot's measurements depend on: model, data and training, not the variants,
+    seeds or rental settings (those only change the plan built from them)."""
+    c = ws.campaign
+    return stable_hash([c.model.model_dump(mode="json"), c.data.model_dump(mode="json"),
+                        c.training.model_dump(mode="json")])  # fmt: skip
+
+
+def new_state(
+    ws: Workspace, pilot_id: str, folder: Path, *, tensors: bool, hooks: PilotHooks | None
+) -> PilotState:
+    """The control configuration with the campaign's first seed, on this machine's device
+    (the first GPU when there is one, else the CPU)."""
     import torch
 
-    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-
-
-def new_state(ws: Workspace, pilot_id: str, folder: Path, *, tensors: bool,
-              hooks: PilotHooks | None) -> PilotState:  # fmt: skip
-    """The control configuration with the campaign's first seed, on this machine's device."""
     from tunepilot.campaign.variants import CONTROL
     from tunepilot.runner import run_campaign_for
 
-    seed = ws.campaign.seeds[0]
-    device = _device()
-    return PilotState(ws, pilot_id, folder, run_campaign_for(ws, CONTROL, seed), seed, device,
-                      MemoryProbe.for_device(device, tensors=tensors), hooks or PilotHooks())  # fmt: skip
+    seed = ws.campaign.seeds[0] if ws.campaign.seeds else ws.campaign.training.seed
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    probe = MemoryProbe.for_device(device, tensors=tensors)
+    campaign = run_campaign_for(ws, CONTROL, seed)
+    return PilotState(ws, pilot_id, folder, campaign, seed, device, probe, hooks or PilotHooks())
 
 
-def execute_pilot(ws: Workspace, *, tensors: bool = False, gpu: str | None = None,
-                  hooks: PilotHooks | None = None, catalog: Path | None = None) -> PilotResult:  # fmt: skip
-    """Run every gate in order, write the pilot folder; the caller prints."""
+def execute_pilot(
+    ws: Workspace,
+    *,
+    tensors: bool = False,
+    gpu: str | None = None,
+    hooks: PilotHooks | None = None,
+    catalog: Path | None = None,
+) -> PilotResult:
+    """Run every gate in order and write the pilot folder; the caller prints."""
+    from tunepilot.pilot.catalog import load_catalog
+
+    target = gpu or ws.campaign.rental.gpu
+    if target:  # a wrong card name is bad input: say so before minutes of gates, not after
+        load_catalog(catalog).card(target)
     pilot_id, folder = new_pilot_folder(ws.pilots_dir)
     state = new_state(ws, pilot_id, folder, tensors=tensors, hooks=hooks)
     rows: dict[str, GateRow] = {}
     for gate in GATES:
         rows[gate.name] = run_gate(state, gate, rows)
+    verdicts = {r.verdict for r in rows.values()}
+    overall = next((v for v in (Verdict.FAIL, Verdict.WARN) if v in verdicts), Verdict.PASS)
     payload = {
         "pilot_id": pilot_id,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "campaign": ws.campaign.name,
         "campaign_file": str(ws.campaign_file),
         "config_hash": ws.campaign.config_hash(),
-        "control_config_hash": state.campaign.config_hash(),
+        "measured_config_hash": measured_config_hash(ws),
         "data_version": getattr(state.prepared, "version", None),
         "device": str(state.device),
         "env": state.env,
-        "verdict": str(_worst(list(rows.values()))),
+        "verdict": str(overall),
         "measurements": state.measurements,
         "rows": [r.to_json() for r in rows.values()],
     }
     write_json(folder / "gates.json", payload)
-    sizing = write_sizing(state, payload, gpu=gpu, catalog=catalog)
+    sizing = write_sizing(state, payload, gpu=target, catalog=catalog)
     for name in _HEAVY:
         shutil.rmtree(folder / name, ignore_errors=True)
-    for run in ("parent", "child"):
-        shutil.rmtree(folder / "resume" / run / "checkpoints", ignore_errors=True)
     return PilotResult(pilot_id, folder, list(rows.values()), payload, sizing)
 
 
-def run_pilot(ws: Workspace, *, as_json: bool, tensors: bool = False, gpu: str | None = None,
-              hooks: PilotHooks | None = None, catalog: Path | None = None) -> int:  # fmt: skip
+def run_pilot(
+    ws: Workspace,
+    *,
+    as_json: bool,
+    tensors: bool = False,
+    gpu: str | None = None,
+    hooks: PilotHooks | None = None,
+    catalog: Path | None = None,
+) -> int:
     """`tunepilot pilot`: 1 when a gate FAILed, else 0 (WARN passes, with its sentence)."""
     from tunepilot.console import console, print_json
 
     result = execute_pilot(ws, tensors=tensors, gpu=gpu, hooks=hooks, catalog=catalog)
     if as_json:
-        print_json(result.payload | {"sizing": result.sizing})
+        print_json(_json_safe(result.payload | {"sizing": result.sizing}))
     else:
         console.print(gate_table(result.rows, f"pilot {result.pilot_id}: {ws.campaign.name}"))
         rel = result.folder.relative_to(ws.root)
         console.print(f"saved {rel}/gates.json, samples.txt, sizing.json, plan.md")
-        if result.sizing.get("sentence"):
-            console.print(result.sizing["sentence"])
+        console.print(result.sizing.get("sentence", ""), markup=False)
     return 1 if result.failed else 0
-
-
-def _worst(rows: list[GateRow]) -> Verdict:
-    verdicts = {r.verdict for r in rows}
-    for v in (Verdict.FAIL, Verdict.WARN):
-        if v in verdicts:
-            return v
-    return Verdict.PASS
-
-
-# ---------------------------------------------------------------------------------------------
-# output
-# ---------------------------------------------------------------------------------------------
 
 
 def _json_safe(value: Any) -> Any:
@@ -176,15 +190,14 @@ def _json_safe(value: Any) -> Any:
         return {str(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
+    return str(value) if isinstance(value, Path) else value
 
 
 def write_json(path: Path, payload: Any) -> None:
+    """Atomic: a reader never sees half a file."""
+    text = json.dumps(_json_safe(payload), indent=2, ensure_ascii=False, default=str)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_json_safe(payload), indent=2, ensure_ascii=False, default=str,
-                              allow_nan=False), encoding="utf-8")  # fmt: skip
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
 
 
@@ -197,33 +210,32 @@ def latest_pilot(ws: Workspace) -> Path:
     """The newest pilot folder with a gates.json, or an InputError saying to run the pilot."""
     found = sorted(p for p in ws.pilots_dir.glob("p-*") if (p / "gates.json").is_file())
     if not found:
-        raise input_error(str(ws.pilots_dir), "no pilot has run for this campaign",
-                          f"run `tunepilot pilot {ws.campaign_file}` first", title="no pilot")  # fmt: skip
+        fix = f"run `tunepilot pilot {ws.campaign_file}` first"
+        raise input_error(str(ws.pilots_dir), "no pilot has run for this campaign", fix, "no pilot")
     return found[-1]
 
 
-def run_plan(ws: Workspace, *, gpu: str | None, as_json: bool,
-             catalog: Path | None = None) -> int:  # fmt: skip
-    """`tunepilot plan`: the selection sheet (L1) and rental plan (L3) from the latest pilot."""
+def run_plan(ws: Workspace, *, gpu: str | None, as_json: bool, catalog: Path | None = None) -> int:
+    """`tunepilot plan`: the selection sheet (L1) and rental plan (L3) from the latest pilot's
+    measurements and a freshly measured memory grid; rewrites its sizing.json and plan.md."""
     from tunepilot.console import console, print_json
     from tunepilot.params import trainable_report
     from tunepilot.runner import Session
 
     folder = latest_pilot(ws)
     payload = json.loads((folder / "gates.json").read_text(encoding="utf-8"))
-    if payload.get("config_hash") != ws.campaign.config_hash():
+    if payload.get("measured_config_hash") != measured_config_hash(ws):
         raise input_error(str(ws.campaign_file),
-                          f"the campaign changed since pilot {folder.name} (config hash "
-                          f"{payload.get('config_hash')} then, {ws.campaign.config_hash()} now)",
-                          f"rerun `tunepilot pilot {ws.campaign_file}` so the plan measures "
-                          "this configuration", title="stale pilot")  # fmt: skip
+                          f"the model, data or training settings changed since pilot "
+                          f"{folder.name}: its measurements do not hold for this configuration",
+                          f"rerun `tunepilot pilot {ws.campaign_file}`", "stale pilot")  # fmt: skip
     state = new_state(ws, folder.name, folder, tensors=False, hooks=None)
     state.session = Session(ws)
     state.encoded = state.session.encoded(state.campaign)
     state.prepared = state.encoded.prepared
     state.model = state.session.build_model(state.campaign, state.seed).to(state.device)
     state.report = trainable_report(state.model)
-    sizing = write_sizing(state, payload, gpu=gpu, catalog=catalog)
+    sizing = write_sizing(state, payload, gpu=gpu or ws.campaign.rental.gpu, catalog=catalog)
     if as_json:
         print_json(sizing)
     else:
@@ -238,15 +250,14 @@ def run_plan(ws: Workspace, *, gpu: str | None, as_json: bool,
 
 def memory_grid(state: PilotState) -> tuple[list[tuple[int, int]], tuple[int, int]]:
     """A few (microbatch, length) points around the configured shape, and the held-out one:
-    the configured shape itself (or microbatch 2 at max_length when the microbatch is 1)."""
+    the configured shape itself (microbatch 2 at max_length when the microbatch is 1)."""
     length = state.campaign.data.max_length
     limit = getattr(getattr(state.model, "config", None), "max_position_embeddings", None)
     if isinstance(limit, int) and limit > 0:
         length = min(length, limit)
     mb = max(2, state.training.microbatch)
     sizes = sorted({max(8, length // 4), max(8, length // 2), length})
-    grid = [(m, n) for m in (1, mb) for n in sizes]
-    return grid, (mb, length)
+    return [(m, n) for m in (1, mb) for n in sizes], (mb, length)
 
 
 def _grid_step(state: PilotState) -> Any:
@@ -267,131 +278,122 @@ def _grid_step(state: PilotState) -> Any:
     return step
 
 
-def _measured_card(env: dict[str, Any], catalog: Any) -> str:
-    """The catalog card this pilot ran on ("cpu" without a GPU): every word of its name
-    (memory words aside) in the device name, the closest memory size among matches."""
-    devices = env.get("devices") or []
-    if not devices:
-        return "cpu"
-    name, memory = devices[0]["name"].lower(), devices[0]["total_memory_bytes"] / 2**30
-    matches = [c for c in catalog.cards
-               if all(w in name for w in c.name.lower().split() if not w.endswith("gb"))]  # fmt: skip
-    if not matches:
-        return devices[0]["name"]
-    return min(matches, key=lambda c: abs(c.memory_gib - memory)).name
-
-
-def write_sizing(state: PilotState, payload: dict[str, Any], *, gpu: str | None,
-                 catalog: Path | None) -> dict[str, Any]:  # fmt: skip
+def write_sizing(
+    state: PilotState, payload: dict[str, Any], *, gpu: str | None, catalog: Path | None
+) -> dict[str, Any]:
     """Measure the memory grid, build the selection sheet and the rental plan, write
     sizing.json and plan.md into the pilot folder; returns what sizing.json holds."""
-    from tunepilot.measure.memory import is_out_of_memory
-    from tunepilot.pilot.catalog import load_catalog, speed_ratio
-    from tunepilot.pilot.rental import plan_markdown, plan_rental
-    from tunepilot.pilot.sizing import (
-        fit_memory_model,
-        holdout_error,
-        measure_memory_grid,
-        selection_sheet,
-        updates_sheet,
-    )
+    from tunepilot.pilot.catalog import load_catalog
+    from tunepilot.pilot.sizing import updates_sheet
 
     cards = load_catalog(catalog)
-    t, c, m = state.training, state.campaign, payload.get("measurements") or {}
-    rows = {r["phase"]: r for r in payload["rows"]}
-    target = gpu or c.rental.gpu
-    card = cards.card(target) if target else None
+    t, c = state.training, state.campaign
+    card = cards.card(gpu) if gpu else None
     env = payload.get("env") or {}
-    backend = (env.get("torch") or {}).get("backend")
-    measured_on = _measured_card(env, cards)
     replicas = t.distributed.nproc if t.distributed.strategy != "none" else 1
-    out: dict[str, Any] = {"pilot_id": state.pilot_id, "measured_on": measured_on,
-                           "target": target, "backend": backend}  # fmt: skip
+    out: dict[str, Any] = {
+        "pilot_id": state.pilot_id, "measured_on": measured_card(env, cards),
+        "target": card.name if card else None, "backend": (env.get("torch") or {}).get("backend"),
+    }  # fmt: skip
     lines = [f"# Sizing and rental plan for {c.name} (pilot {state.pilot_id})", ""]
     if state.encoded is not None:
         out["updates"] = updates_sheet(len(state.encoded.train), t.microbatch, t.accumulation,
                                        replicas, updates=t.budget.updates, epochs=t.budget.epochs,
                                        drop_last=t.drop_last)  # fmt: skip
-        lines += ["## Updates (S7)", "", out["updates"]["rule"],
-                  f"Here: {json.dumps({k: out['updates'][k] for k in ('examples_per_update', 'updates_per_epoch', 'total_updates', 'examples_seen', 'held', 'follows') if k in out['updates']})}",
-                  ""]  # fmt: skip
+        keys = ("examples_per_update", "updates_per_epoch", "total_updates", "examples_seen")
+        shown = ", ".join(f"{k.replace('_', ' ')} {out['updates'][k]}" for k in keys)
+        held = f"held fixed: {out['updates']['held']}; follows: {out['updates']['follows']}"
+        lines += ["## Updates (S7)", "", out["updates"]["rule"], "", f"Here: {shown}; {held}.", ""]
     if state.model is None or state.encoded is None or state.report is None:
         out["sentence"] = "not sized: the model did not load in the pilot (see the load gate)"
     else:
-        grid, holdout = memory_grid(state)
-        try:
-            points = measure_memory_grid(_grid_step(state), grid, state.probe)
-        except Exception as exc:
-            if not is_out_of_memory(exc):
-                raise
-            points = []
-            out["sentence"] = f"not sized: the memory grid ran out of memory ({str(exc)[:200]})"
-        if points:
-            fitted, check = fit_memory_model(points), holdout_error(points, holdout=holdout)
-            stack_ok = all(rows.get(g, {}).get("verdict") in ("PASS", "WARN") for g in STACK_GATES)
-            guards = c.hypothesis.classification_guards if state.kind == "classification" else None
-            expected = c.hypothesis.behaviour + (
-                f" ({guards.metric} per class, no class dropping more than {guards.max_class_drop})"
-                if guards else "")  # fmt: skip
-            sheet = selection_sheet(
-                n_params_total=state.report.total_params,
-                n_trainable=state.report.trainable_params, memory_model=fitted,
-                microbatch=t.microbatch, max_length=holdout[1], accumulation=t.accumulation,
-                precision=t.precision, expected_result=expected, cards=cards.cards,
-                stack_checked=stack_ok, checked_backend=backend, strategy=t.distributed.strategy,
-                world_size=replicas, activation_checkpointing=t.activation_checkpointing,
-                measured_precision=t.precision, gpu=target, measured_on=measured_on,
-            )  # fmt: skip
-            out.update(memory_grid=points, memory_model=fitted.to_json(),
-                       holdout={**check.__dict__, "verdict": str(check.verdict)}, sheet=sheet)
-            lines += ["## Memory (S1, S5)", "", fitted.sentence(), "",
-                      f"Held-out check: {check.sentence}.", "",
-                      sheet["static_bytes"]["sentence"], "", "## Selection sheet (L1, L2)", ""]
-            lines += _sheet_lines(sheet, card)
-    if all(k in m for k in ("step_seconds", "eval_seconds", "checkpoint_seconds")) and out.get(
-        "updates"
-    ):
-        total = out["updates"]["total_updates"]
-        ratio = 1.0
-        note = ""
-        if card is not None and measured_on != "cpu" and measured_on in {x.name for x in cards.cards}:
-            ratio, _ = speed_ratio(cards, measured_on, card.name)
-        elif card is not None:
-            note = (f"The step time was measured on {measured_on} and is NOT scaled to "
-                    f"{card.name}: the hours below are this machine's, an upper bound for any GPU; "
-                    "rerun `tunepilot pilot` on the card for a real plan.")  # fmt: skip
-        plan = plan_rental(
-            m["step_seconds"], measured_on, ratio, total, len(c.variants), len(c.seeds),
-            m["eval_seconds"], math.ceil(total / t.eval_every), m["checkpoint_seconds"],
-            m.get("export_seconds", 0.0), m.get("resume_seconds", 0.0),
-            gpus_in_package=card.gpus if card else c.rental.gpus, margin=c.rental.margin,
-            prices=card.prices if card else None, target=card.name if card else None,
-            checkpoints_per_run=math.ceil(total / t.checkpoint_every) if t.checkpoint_every else 1,
-            packages=tuple(sorted(c.rental.packages_days)),
-        )  # fmt: skip
-        out["plan"] = plan.to_json()
-        out["sentence"] = plan.sentence
-        lines += ["", note, "", plan_markdown(plan).replace("# Rental plan", "## Rental plan")]
-    else:
-        out.setdefault("sentence", "no rental plan: the pilot did not measure the step, "
-                       "evaluation and checkpoint times (see the FAILed gates)")  # fmt: skip
-        lines += ["", f"**No rental plan:** {out['sentence']}"]
+        lines += _memory_section(state, payload, out, cards, card, replicas)
+    lines += _plan_section(state, payload, out, cards, card)
     write_json(state.folder / "sizing.json", out)
     (state.folder / "plan.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return _json_safe(out)
 
 
-def _sheet_lines(sheet: dict[str, Any], card: Any) -> list[str]:
-    """The sheet's rows as a Markdown table: each row's fit on the asked card, or the best."""
-    lines = [f"**{sheet['recommendation_sentence']}**", "",
-             "| configuration | examples/update | peak per GPU | fit |", "|---|---:|---:|---|"]  # fmt: skip
+def _memory_section(state: PilotState, payload: dict[str, Any], out: dict[str, Any],
+                    cards: Any, card: Any, replicas: int) -> list[str]:  # fmt: skip
+    """Memory grid -> fitted model with its held-out error -> selection sheet (S1, L1, L2)."""
+    from tunepilot.measure.memory import is_out_of_memory
+    from tunepilot.pilot.sizing import (
+        fit_memory_model,
+        holdout_error,
+        measure_memory_grid,
+        selection_sheet,
+    )
+
+    t, c = state.training, state.campaign
+    grid, holdout = memory_grid(state)
+    try:
+        points = measure_memory_grid(_grid_step(state), grid, state.probe)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        out["sentence"] = f"not sized: the memory grid ran out of memory ({str(exc)[:200]})"
+        return [f"**Not sized:** {out['sentence']}", ""]
+    fitted, check = fit_memory_model(points), holdout_error(points, holdout=holdout)
+    rows = {r["phase"]: r["verdict"] for r in payload["rows"]}
+    stack_ok = all(rows.get(g) in ("PASS", "WARN") for g in STACK_GATES)
+    guards = c.hypothesis.classification_guards
+    expected = c.hypothesis.behaviour + (
+        f" ({guards.metric} per class; no class may drop more than {guards.max_class_drop})"
+        if state.kind == "classification" else ""
+    )  # fmt: skip
+    sheet = selection_sheet(
+        n_params_total=state.report.total_params, n_trainable=state.report.trainable_params,
+        memory_model=fitted, microbatch=t.microbatch, max_length=holdout[1],
+        accumulation=t.accumulation, precision=t.precision, expected_result=expected,
+        cards=cards.cards, stack_checked=stack_ok, checked_backend=out["backend"],
+        strategy=t.distributed.strategy, world_size=replicas,
+        activation_checkpointing=t.activation_checkpointing, measured_precision=t.precision,
+        gpu=card.name if card else None, measured_on=out["measured_on"],
+    )  # fmt: skip
+    out.update(memory_grid=points, memory_model=fitted.to_json(), sheet=sheet,
+               holdout={**check.__dict__, "verdict": str(check.verdict)})  # fmt: skip
+    head = "| configuration | examples/update | peak per GPU | fit |\n|---|---:|---:|---|"
+    lines = ["## Memory (S1, S5)", "", fitted.sentence(), "", f"Held-out check: {check.sentence}.",
+             "", sheet["static_bytes"]["sentence"], "", "## Selection sheet (L1, L2)", "",
+             f"**{sheet['recommendation_sentence']}**", "", head]  # fmt: skip
     for row in sheet["rows"]:
-        fits = row["fits"]
-        shown = {card.name: fits[card.name]} if card is not None else fits
-        best = [f"{n}: {f['verdict']} ({f['sentence'].split(' (per GPU')[0]})"
-                for n, f in shown.items() if card is not None or f["verdict"] == "PASS"][:2]  # fmt: skip
-        lines.append(f"| {row['label']} | {row['examples_per_update']} | "
-                     f"{row['peak_bytes_per_gpu'] / 2**30:.2f} GiB | "
-                     f"{'; '.join(best) or 'fits no card'} |")  # fmt: skip
-    lines += ["", "Assumptions: " + "; ".join(sheet["assumptions"]) + "."]
-    return lines
+        fits = {card.name: row["fits"][card.name]} if card else row["fits"]
+        said = [f"{n}: {f['verdict']} ({f['sentence'].split(' (per GPU')[0]})"
+                for n, f in fits.items() if card or f["verdict"] == "PASS"][:2]  # fmt: skip
+        peak = row["peak_bytes_per_gpu"] / 2**30
+        lines.append(f"| {row['label']} | {row['examples_per_update']} | {peak:.2f} GiB | "
+                     f"{'; '.join(said) or 'fits no card'} |")  # fmt: skip
+    return lines + ["", "Assumptions: " + "; ".join(sheet["assumptions"]) + ".", ""]
+
+
+def _plan_section(state: PilotState, payload: dict[str, Any], out: dict[str, Any], cards: Any,
+                  card: Any) -> list[str]:  # fmt: skip
+    """Hours per phase and the package (L3), from the pilot's measured times."""
+    from tunepilot.pilot.catalog import speed_ratio
+    from tunepilot.pilot.rental import plan_markdown, plan_rental
+
+    t, c, m = state.training, state.campaign, payload.get("measurements") or {}
+    needed = ("step_seconds", "eval_seconds", "checkpoint_seconds")
+    if not all(k in m for k in needed) or "updates" not in out:
+        out.setdefault("sentence", "no rental plan: the pilot did not measure the step, "
+                       "evaluation and checkpoint times (see the FAILed gates)")  # fmt: skip
+        return [f"**No rental plan:** {out['sentence']}"]
+    total, measured_on, ratio, note = out["updates"]["total_updates"], out["measured_on"], 1.0, ""
+    if card is not None and measured_on in {x.name for x in cards.cards}:
+        ratio, _ = speed_ratio(cards, measured_on, card.name)
+    elif card is not None:
+        note = (f"The step time was measured on {measured_on} and is NOT scaled to {card.name}: "
+                "the hours below are this machine's, an upper bound for any GPU; rerun "
+                "`tunepilot pilot` on the card for a real plan.")  # fmt: skip
+    plan = plan_rental(
+        m["step_seconds"], measured_on, ratio, total, len(c.variants), len(c.seeds),
+        m["eval_seconds"], math.ceil(total / t.eval_every), m["checkpoint_seconds"],
+        m.get("export_seconds", 0.0), m.get("resume_seconds", 0.0),
+        gpus_in_package=card.gpus if card else c.rental.gpus, margin=c.rental.margin,
+        prices=card.prices if card else None, target=card.name if card else None,
+        checkpoints_per_run=math.ceil(total / t.checkpoint_every) if t.checkpoint_every else 1,
+        packages=tuple(sorted(c.rental.packages_days)),
+    )  # fmt: skip
+    out.update(plan=plan.to_json(), sentence=plan.sentence)
+    return [note, "", plan_markdown(plan).replace("# Rental plan", "## Rental plan")]

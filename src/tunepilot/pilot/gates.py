@@ -1,5 +1,6 @@
-"""Gates 2-8 and 10 of the pilot: data, inspect, load, update audit, first step, steady step,
-accumulation, evaluation at the longest sequences (D3, D4, D9, P3, S1, S2, S4).
+"""Gates 2-8, 10 and 11 of the pilot: data, inspect, load, update audit, first step, steady
+step, accumulation, evaluation at the longest sequences, checkpoint save (D3, D4, D9, P3, R1,
+S1, S2, S4).
 
 Each gate is a plain function of the shared `PilotState` that returns an `Outcome`; the runner
 in phases.py measures it with the one memory probe and turns it into a row. The step gates use
@@ -9,12 +10,28 @@ pilot proves is what training runs, never a re-implementation.
 
 from __future__ import annotations
 
+import math
 import statistics
+import time
 from typing import Any
 
 from tunepilot.pilot.phases import Outcome, PilotState, synchronize, worst_verdict
 from tunepilot.verdict import Verdict
 
+STEADY_STEPS = 3
+"""Updates timed after the first: the first allocates optimizer state and warms caches, so its
+time and peak are reported separately and left out of the steady median (S4)."""
+DIVERGING = 2.0
+"""The steady updates repeat the first update's examples: a loss that more than doubles on the
+same examples within a few updates means the learning rate overshoots."""
+ACCUMULATION_RTOL = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2}
+"""Largest gradient difference allowed between microbatch x accumulation and one batch of the
+same examples, relative to the largest gradient: float summation order (and padding width)
+differ between the two; half-precision autocast rounds far more."""
+
+
+# ---------------------------------------------------------------------------------------------
+# one update, exactly as the loop builds it (S2)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -50,17 +67,17 @@ def train_update(
 
     The shape is recorded in `state.shape` first, so an out-of-memory error names it (S6).
     """
-    import math
-
     import torch
 
     from tunepilot.train.batching import collate, count_targets
     from tunepilot.train.loop import _precision, backward_update
 
     kind, device, model = state.kind, state.device, state.model
-    width = max(len(e.input_ids) for mb in microbatches for e in mb)
-    state.shape = {"microbatch": max(len(mb) for mb in microbatches), "length": width,
-                   "accumulation": len(microbatches)}  # fmt: skip
+    state.shape = {
+        "microbatch": max(len(mb) for mb in microbatches),
+        "length": max(len(e.input_ids) for mb in microbatches for e in mb),
+        "accumulation": len(microbatches),
+    }
     autocast, _ = _precision(state.training.precision, device)
     batches = [
         {k: v.to(device) for k, v in collate(mb, kind, state.pad_id).items()} for mb in microbatches
@@ -68,12 +85,11 @@ def train_update(
     if state.hooks.before_forward is not None:
         state.hooks.before_forward(state.phase)
     targets = sum(count_targets(b, kind) for b in batches)
-    loss_sum = backward_update(model, batches, kind, targets, autocast=autocast)
-    loss = float(loss_sum) / targets
-    params = [p for p in model.parameters() if p.requires_grad]
+    loss = float(backward_update(model, batches, kind, targets, autocast=autocast)) / targets
     if keep_grads:
         synchronize(device)
         return loss, math.nan
+    params = [p for p in model.parameters() if p.requires_grad]
     norm = float(torch.nn.utils.clip_grad_norm_(params, state.training.max_grad_norm or math.inf))
     if step and math.isfinite(loss) and math.isfinite(norm):
         for group in optimizer.param_groups:
@@ -84,18 +100,9 @@ def train_update(
     return loss, norm
 
 
-
-
-STEADY_STEPS = 3
-"""Updates timed after the first: the first allocates optimizer state and warms caches, so its
-time and peak are reported separately and left out of the steady median (S4)."""
-DIVERGING = 2.0
-"""The steady updates repeat the first update's examples: a loss that more than doubles on the
-same examples within a few updates means the learning rate overshoots."""
-ACCUMULATION_RTOL = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2}
-"""Largest gradient difference allowed between microbatch x accumulation and one batch of the
-same examples, relative to the largest gradient: float summation order (and padding width)
-differ between the two; half-precision autocast rounds far more."""
+# ---------------------------------------------------------------------------------------------
+# gates 2-5: data, inspect, load, update audit
+# ---------------------------------------------------------------------------------------------
 
 
 def data_gate(state: PilotState) -> Outcome:
@@ -107,11 +114,12 @@ def data_gate(state: PilotState) -> Outcome:
     state.prepared, state.audit = prepared, findings
     state.session = Session(state.ws)
     state.encoded = state.session.encoded(state.campaign)
-    counts = ", ".join(f"{k} {len(v)}" for k, v in prepared.splits.items())
-    details = {"version": prepared.version, "counts": {k: len(v) for k, v in
-               prepared.splits.items()}, "findings": [f.to_json() for f in findings]}  # fmt: skip
+    counts = {k: len(v) for k, v in prepared.splits.items()}
+    details = {"version": prepared.version, "counts": counts,
+               "findings": [f.to_json() for f in findings]}  # fmt: skip
     verdict = worst_verdict([f.verdict for f in findings])
-    head = f"data version {prepared.version} ({counts}), {len(findings)} audit checks"
+    sizes = ", ".join(f"{k} {n}" for k, n in counts.items())
+    head = f"data version {prepared.version} ({sizes}), {len(findings)} audit checks"
     if verdict is Verdict.PASS:
         return Outcome(verdict, f"{head}, all PASS", details)
     named = [f for f in findings if f.verdict is verdict]
@@ -130,20 +138,24 @@ def inspect_gate(state: PilotState) -> Outcome:
     from tunepilot.data.inspect import print_samples, render_samples
 
     per_class = 1 if state.kind == "classification" else 0
-    samples = render_samples(state.encoded.encoder, state.ws.tokenizer,
-                             state.prepared.splits["train"], n=3, per_class=per_class)  # fmt: skip
-    (state.folder / "samples.json").write_text(
-        json.dumps([asdict(s) for s in samples], indent=2, ensure_ascii=False), encoding="utf-8")
+    train = state.prepared.splits["train"]
+    samples = render_samples(state.encoded.encoder, state.ws.tokenizer, train, 3, per_class)
+    text = json.dumps([asdict(s) for s in samples], indent=2, ensure_ascii=False)
+    (state.folder / "samples.json").write_text(text, encoding="utf-8")
     with (state.folder / "samples.txt").open("w", encoding="utf-8") as handle:
         print_samples(samples, Console(file=handle, width=110, color_system=None))
     notes = [f"{s.id}: {n}" for s in samples for n in s.notes]
     where = f"pilots/{state.pilot_id}/samples.txt"
     what = f"{len(samples)} samples" + (" (one per class)" if per_class else "")
     if notes:
-        return Outcome(Verdict.WARN, f"{what} rendered to {where}; {'; '.join(notes[:3])}: read "
-                       "them before training", {"notes": notes})  # fmt: skip
-    return Outcome(Verdict.PASS, f"{what} rendered with tokens, separators and loss positions to "
-                   f"{where}: read them before renting (the pilot cannot judge them for you)")
+        said = "; ".join(notes[:3])
+        return Outcome(Verdict.WARN, f"{what} rendered to {where}; {said}: read them first",
+                       {"notes": notes})  # fmt: skip
+    sentence = (
+        f"{what} rendered with tokens, separators and loss positions to {where}: read them "
+        "before renting (the pilot cannot judge them for you)"
+    )
+    return Outcome(Verdict.PASS, sentence)
 
 
 def load_gate(state: PilotState) -> Outcome:
@@ -156,18 +168,17 @@ def load_gate(state: PilotState) -> Outcome:
     if state.training.activation_checkpointing:
         notes = enable_activation_checkpointing(model)
     state.model = model.to(state.device)
-    report = trainable_report(state.model)
-    state.report = report
+    report = state.report = trainable_report(state.model)
     share = report.trainable_params / max(report.total_params, 1)
+    lora = f" r={report.lora_rank} on {report.target_modules}" if report.method == "lora" else ""
     saved = f", saved whole: {sorted(report.extra_saved)}" if report.extra_saved else ""
     sentence = (
         f"{type(model).__name__} on {state.device}: {report.trainable_params:,} of "
-        f"{report.total_params:,} parameters trainable ({share:.2%}, {report.method}"
-        + (f" r={report.lora_rank} on {report.target_modules}" if report.method == "lora" else "")
-        + f"{saved}); loading alone does not prove a step fits (S1)"
+        f"{report.total_params:,} parameters trainable ({share:.2%}, {report.method}{lora}"
+        f"{saved}); loading alone does not prove a step fits (S1)"
     )
-    return Outcome(Verdict.PASS, sentence, {"trainable": report.to_json() | {"rows": None},
-                                            "notes": notes})  # fmt: skip
+    details = {"trainable": report.to_json() | {"rows": None}, "notes": notes}
+    return Outcome(Verdict.PASS, sentence, details)
 
 
 def update_audit_gate(state: PilotState) -> Outcome:
@@ -175,25 +186,29 @@ def update_audit_gate(state: PilotState) -> Outcome:
     from tunepilot.params import update_audit
     from tunepilot.train.batching import UpdateSampler, collate, count_targets, summed_loss
 
-    t = state.training
-    data = state.encoded.train
+    t, data, kind = state.training, state.encoded.train, state.kind
     sampler = UpdateSampler([len(e.input_ids) for e in data], t.microbatch, 1, seed=t.seed)
     ids = sampler.next_update().microbatches[0]
-    batch = {k: v.to(state.device) for k, v in
-             collate([data[i] for i in ids], state.kind, state.pad_id).items()}  # fmt: skip
-    state.shape = {"microbatch": len(ids), "length": int(batch["input_ids"].shape[1]),
-                   "accumulation": 1}  # fmt: skip
+    cpu_batch = collate([data[i] for i in ids], kind, state.pad_id)
+    batch = {k: v.to(state.device) for k, v in cpu_batch.items()}
+    state.shape = {"microbatch": len(ids), "length": int(batch["input_ids"].shape[1])}
+    state.shape["accumulation"] = 1
 
     def batch_loss(model: Any) -> Any:
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        return summed_loss(logits, batch["labels"], state.kind) / count_targets(batch, state.kind)
+        return summed_loss(logits, batch["labels"], kind) / count_targets(batch, kind)
 
     findings = update_audit(state.model, batch_loss, lambda m: make_optimizer(m, t), updates=2)
-    verdict = worst_verdict([f.verdict for f in findings])
-    sentence = "; ".join(f.sentence for f in findings)
-    return Outcome(verdict, f"on training examples {', '.join(data[i].example_id for i in ids[:3])}"
-                   f": {sentence}", {"findings": [f.to_json() for f in findings]},
+    which = ", ".join(data[i].example_id for i in ids[:3])
+    sentence = f"on training examples {which}: " + "; ".join(f.sentence for f in findings)
+    details = {"findings": [f.to_json() for f in findings]}
+    return Outcome(worst_verdict([f.verdict for f in findings]), sentence, details,
                    inputs=dict(state.shape))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# gates 6-8: first step, steady step, accumulation (S1, S2, S4)
+# ---------------------------------------------------------------------------------------------
 
 
 def first_step_gate(state: PilotState) -> Outcome:
@@ -204,53 +219,52 @@ def first_step_gate(state: PilotState) -> Outcome:
     update = longest_microbatches(state.encoded.train, t.microbatch, t.accumulation)
     state.optimizer = make_optimizer(state.model, t)
     loss, norm = train_update(state, update, state.optimizer, t.lr)
-    inputs = dict(state.shape)
-    if loss != loss or loss in (float("inf"), float("-inf")) or norm != norm:
+    inputs, details = dict(state.shape), {"loss": loss, "grad_norm": norm}
+    if not (math.isfinite(loss) and math.isfinite(norm)):
         return Outcome(Verdict.FAIL, f"the first update's loss is {loss} (gradient norm {norm}) "
                        f"at lr {t.lr}: the update was not applied; lower training.lr or check "
-                       "the data for empty targets", {"loss": loss, "grad_norm": norm},
-                       inputs=inputs)  # fmt: skip
+                       "the data for empty targets", details, inputs)  # fmt: skip
     state.updates_done += 1
     state.measurements["first_loss"] = loss
     ids = [e.example_id for e in update[0]]
+    details["example_ids"] = ids
     return Outcome(Verdict.PASS, f"loss {loss:.4f}, gradient norm {norm:.3g}; optimizer state "
                    f"allocated; the {t.microbatch * t.accumulation} longest training examples "
                    f"(e.g. {', '.join(ids[:2])}) in {t.accumulation} microbatch(es)",
-                   {"loss": loss, "grad_norm": norm, "example_ids": ids}, inputs=inputs)  # fmt: skip
+                   details, inputs)  # fmt: skip
 
 
 def steady_step_gate(state: PilotState) -> Outcome:
     """Gate 7: the next updates at the same shape; their median time feeds the plan (S4)."""
-    import time
-
     t = state.training
     update = longest_microbatches(state.encoded.train, t.microbatch, t.accumulation)
-    losses, seconds = [], []
+    losses: list[float] = []
+    seconds: list[float] = []
     for _ in range(STEADY_STEPS):
         synchronize(state.device)
         tick = time.perf_counter()
-        loss, norm = train_update(state, update, state.optimizer, t.lr)
+        loss, _ = train_update(state, update, state.optimizer, t.lr)
         seconds.append(time.perf_counter() - tick)
         losses.append(loss)
-        if loss != loss or abs(loss) == float("inf"):
+        if not math.isfinite(loss):
             return Outcome(Verdict.FAIL, f"update {state.updates_done + 1} gave loss {loss} at lr "
                            f"{t.lr}; the update was not applied: lower training.lr",
-                           {"losses": losses}, inputs=dict(state.shape))  # fmt: skip
+                           {"losses": losses}, dict(state.shape))  # fmt: skip
         state.updates_done += 1
     median = statistics.median(seconds)
     state.measurements.update(step_seconds=median, step_shape=dict(state.shape))
+    details = {"losses": losses, "seconds": seconds, "median_seconds": median}
     first = state.measurements.get("first_loss")
     if first is not None and max(losses) > DIVERGING * first:
         return Outcome(Verdict.FAIL, f"the loss rose from {first:.4g} to {max(losses):.4g} within "
                        f"{STEADY_STEPS + 1} updates on the same examples at lr {t.lr:.3g}: the "
                        "learning rate overshoots; lower training.lr (the run would diverge)",
-                       {"losses": losses, "first_loss": first}, inputs=dict(state.shape))  # fmt: skip
+                       details, dict(state.shape))  # fmt: skip
+    said = ", ".join(f"{x:.4f}" for x in losses)
     return Outcome(Verdict.PASS, f"{STEADY_STEPS} more updates at the same shape: median "
                    f"{median:.3g} s per update of {t.microbatch * t.accumulation} examples at the "
-                   "longest length (an upper bound for the plan), losses "
-                   + ", ".join(f"{x:.4f}" for x in losses),
-                   {"losses": losses, "seconds": seconds, "median_seconds": median},
-                   inputs=dict(state.shape))  # fmt: skip
+                   f"longest length (an upper bound for the plan), losses {said}",
+                   details, dict(state.shape))  # fmt: skip
 
 
 def accumulation_gate(state: PilotState) -> Outcome:
@@ -261,8 +275,6 @@ def accumulation_gate(state: PilotState) -> Outcome:
     passes draw different masks and the comparison would measure the noise. An accumulation
     of 1 is compared as 2 microbatches, so the check still exercises the sum.
     """
-    import torch
-
     t = state.training
     mb = t.microbatch if t.accumulation > 1 else max(1, t.microbatch // 2)
     acc = t.accumulation if t.accumulation > 1 else 2
@@ -282,20 +294,25 @@ def accumulation_gate(state: PilotState) -> Outcome:
         for _, p in params:
             p.grad = None
         state.model.train(was_training)
-    scale = max(float(g.abs().max()) for g in single.values())
-    diff = max(float((accumulated[n] - single[n]).abs().max()) for n in single)
+    missing = sorted(set(single) ^ set(accumulated))
+    scale = max((float(g.abs().max()) for g in single.values()), default=0.0)
+    common = [n for n in single if n in accumulated]
+    diff = max((float((accumulated[n] - single[n]).abs().max()) for n in common), default=0.0)
     rtol = ACCUMULATION_RTOL[t.precision]
-    relative = diff / scale if scale > 0 else float("inf")
+    relative = diff / scale if scale > 0 else math.inf
     lengths = sorted({len(e.input_ids) for part in split for e in part})
     inputs = {"microbatch": mb, "accumulation": acc, "length": lengths[-1]}
     details = {"max_abs_diff": diff, "max_abs_grad": scale, "relative": relative, "rtol": rtol,
-               "tensors": len(single), "lengths": lengths}  # fmt: skip
-    missing = sorted(set(single) ^ set(accumulated))
-    if missing or relative > rtol or not torch.isfinite(torch.tensor(relative)):
-        return Outcome(Verdict.FAIL, f"{acc} microbatches of {mb} and one batch of {mb * acc} "
-                       f"give gradients that differ by {relative:.2e} of the largest (tolerance "
-                       f"{rtol:.0e}){'; tensors without gradient in one pass: ' + str(missing[:3]) if missing else ''}"
-                       ": the loss normalisation is inconsistent (S2)", details, inputs)  # fmt: skip
+               "tensors": len(single), "lengths": lengths, "missing": missing}  # fmt: skip
+    same = f"{acc} microbatches of {mb} and one batch of {mb * acc}"
+    if missing:
+        return Outcome(Verdict.FAIL, f"{same}: tensors get a gradient in one pass only "
+                       f"({missing[:3]}): the loss does not reach the same parameters (S2)",
+                       details, inputs)  # fmt: skip
+    if not relative <= rtol:
+        return Outcome(Verdict.FAIL, f"{same} give gradients that differ by {relative:.2e} of the "
+                       f"largest (tolerance {rtol:.0e}): the loss normalisation is inconsistent "
+                       "(S2)", details, inputs)  # fmt: skip
     return Outcome(Verdict.PASS, f"{acc} microbatches of {mb} equal one batch of {mb * acc} on the "
                    f"same examples (lengths {lengths[0]}-{lengths[-1]}): largest gradient "
                    f"difference {relative:.1e} of the largest gradient, tolerance {rtol:.0e} in "
@@ -304,8 +321,9 @@ def accumulation_gate(state: PilotState) -> Outcome:
 
 
 # ---------------------------------------------------------------------------------------------
-# gate 10: evaluation at the longest sequences
+# gates 10-11: evaluation at the longest sequences, checkpoint save
 # ---------------------------------------------------------------------------------------------
+
 
 def evaluation_gate(state: PilotState) -> Outcome:
     """Gate 10: the evaluation procedure on one batch of the longest validation examples,
@@ -324,15 +342,49 @@ def evaluation_gate(state: PilotState) -> Outcome:
     full = seconds / len(chosen) * len(examples)
     state.measurements["eval_seconds"] = full
     state.eval_metrics = result.metrics
-    gen = (f" with greedy generation of up to {t.max_new_tokens} new tokens"
-           if state.kind != "classification" else "")  # fmt: skip
-    loss = result.metrics.get("loss")
-    sentence = (f"the {len(chosen)} longest validation examples (up to {length} tokens) in one "
-                f"batch of {t.eval_batch_size}{gen}: {seconds:.3g} s; a full validation pass of "
-                f"{len(examples)} examples is estimated at {full:.3g} s (an upper bound)")  # fmt: skip
+    gen = f" with greedy generation of up to {t.max_new_tokens} new tokens"
+    sentence = (
+        f"the {len(chosen)} longest validation examples (up to {length} tokens) in one batch of "
+        f"{t.eval_batch_size}{gen if state.kind != 'classification' else ''}: {seconds:.3g} s; "
+        f"a full validation pass of {len(examples)} examples is estimated at {full:.3g} s (an "
+        "upper bound)"
+    )
     details = {"metrics": result.metrics, "config_hash": result.config_hash, "seconds": seconds}
-    if loss is not None and loss != loss:
-        return Outcome(Verdict.WARN, f"{sentence}; its loss is not a number: check the loss "
-                       "positions of the validation examples", details, dict(state.shape))  # fmt: skip
+    loss = result.metrics.get("loss")
+    if isinstance(loss, float) and not math.isfinite(loss):
+        return Outcome(Verdict.WARN, f"{sentence}; its loss is {loss}: check the loss positions "
+                       "of the validation examples", details, dict(state.shape))  # fmt: skip
     return Outcome(Verdict.PASS, f"{sentence}; the metrics mean nothing yet (a few pilot updates)",
                    details, dict(state.shape))  # fmt: skip
+
+
+def checkpoint_gate(state: PilotState) -> Outcome:
+    """Gate 11: the full training state saved as a run would save it: time, size, memory (R1)."""
+    from tunepilot.measure.memory import human_bytes
+    from tunepilot.train.arithmetic import plan_from_settings
+    from tunepilot.train.batching import UpdateSampler
+    from tunepilot.train.checkpoint import run_identity, save_checkpoint, verify_checkpoint
+
+    t, data = state.training, state.encoded.train
+    sampler = UpdateSampler([len(e.input_ids) for e in data], t.microbatch, t.accumulation,
+                            seed=t.seed, drop_last=t.drop_last,
+                            bucket_by_length=t.bucket_by_length)  # fmt: skip
+    for _ in range(state.updates_done):
+        sampler.next_update()
+    plan = plan_from_settings(len(data), t, 1).to_json()
+    extra = {"seed": t.seed, "examples_seen": 0, "elapsed_seconds": 0.0, "grad_scaler": None,
+             "plan": plan, **run_identity(t, data)}  # fmt: skip
+    tick = time.perf_counter()
+    folder = save_checkpoint(state.folder / "checkpoint", state.updates_done, state.model,
+                             state.optimizer, sampler.state_dict(), extra, keep_last=1)  # fmt: skip
+    synchronize(state.device)
+    seconds = time.perf_counter() - tick
+    manifest = verify_checkpoint(folder)
+    size = sum(int(f["bytes"]) for f in manifest["files"].values())
+    state.measurements["checkpoint_seconds"] = seconds
+    state.measurements["checkpoint_bytes"] = size
+    return Outcome(Verdict.PASS, f"saved {folder.name} ({len(manifest['files'])} files, "
+                   f"{human_bytes(size)}: weights, optimizer state, sampler position, generators) "
+                   f"in {seconds:.3g} s and verified its manifest (R1, R4)",
+                   {"folder": str(folder.relative_to(state.ws.root)), "bytes": size,
+                    "seconds": seconds})  # fmt: skip

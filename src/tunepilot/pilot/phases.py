@@ -79,11 +79,12 @@ class GateRow:
 
 @dataclass
 class PilotHooks:
-    """Injection points for tests. `on_phase_start(name)` runs inside each gate's probe phase,
-    so an error it raises is seen exactly like one from the phase's own work (S6 tests)."""
+    """Injection points for tests. `on_phase_start(name)` runs inside each gate's probe phase;
+    `before_forward(name)` inside a step once its input shape is known. An error either raises
+    is seen exactly like one from the phase's own work (the S6 out-of-memory tests)."""
 
     on_phase_start: Callable[[str], None] | None = None
-    before_forward: Callable[[str], None] | None = None  # inside a step, once its shape is set
+    before_forward: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -120,9 +121,8 @@ class PilotState:
 
     @property
     def kind(self) -> str:
-        return "classification" if self.campaign.hypothesis.task == "classification" else (
-            "causal_lm"
-        )
+        task = self.campaign.hypothesis.task
+        return "classification" if task == "classification" else "causal_lm"
 
     @property
     def pad_id(self) -> int:
@@ -156,12 +156,13 @@ def run_gate(state: PilotState, gate: Gate, rows: dict[str, GateRow]) -> GateRow
     blocked = [n for n in gate.needs if _blocks(state, rows.get(n))]
     if blocked:
         first = rows[blocked[0]]
-        root = first.details.get("root", first.phase) if first.details.get("not_run") else first.phase
+        root = first.details.get("root", first.phase)
         why = rows[root].sentence[:160].rstrip(".")
         via = f"{blocked[0]} was not run because " if root != blocked[0] else ""
         sentence = f"not run: {via}{root} failed ({why}); fix that first"
+        details = {"not_run": True, "blocked_by": blocked, "root": root}
         return GateRow(gate.number, gate.name, inputs, None, None, str(Verdict.FAIL), sentence,
-                       gate.requirement, {"not_run": True, "blocked_by": blocked, "root": root})  # fmt: skip
+                       gate.requirement, details)  # fmt: skip
     outcome: Outcome | None = None
     error: BaseException | None = None
     record = None
@@ -205,13 +206,12 @@ def _failure(state: PilotState, gate: Gate, exc: BaseException, inputs: dict[str
     inputs = {**inputs, **shape}
     if is_out_of_memory(exc):
         _release_memory(state)
-        sentence = (
-            f"out of memory in {gate.name} at {describe_inputs(inputs)}: "
-            + "; ".join(oom_proposals(state, inputs))
+        proposals = oom_proposals(state, inputs)
+        sentence = f"out of memory in {gate.name} at {describe_inputs(inputs)}: " + "; ".join(
+            proposals
         )
-        return Outcome(Verdict.FAIL, sentence, {"out_of_memory": True, "error": str(exc)[:500],
-                                                "proposals": oom_proposals(state, inputs)},
-                       inputs=shape)  # fmt: skip
+        details = {"out_of_memory": True, "error": str(exc)[:500], "proposals": proposals}
+        return Outcome(Verdict.FAIL, sentence, details, inputs=shape)
     if isinstance(exc, SetupFailure):
         f = exc.finding
         return Outcome(Verdict.FAIL, f.sentence, {"finding": f.to_json()}, inputs=shape)
@@ -224,8 +224,8 @@ def _failure(state: PilotState, gate: Gate, exc: BaseException, inputs: dict[str
         f"{gate.name} raised {type(exc).__name__}: {str(exc)[:300]}; the traceback is in "
         "gates.json: fix the cause and rerun the pilot"
     )
-    return Outcome(Verdict.FAIL, sentence, {"error": repr(exc)[:1000],
-                                            "traceback": "".join(trace)[-6000:]}, inputs=shape)
+    details = {"error": repr(exc)[:1000], "traceback": "".join(trace)[-6000:]}
+    return Outcome(Verdict.FAIL, sentence, details, inputs=shape)
 
 
 def _release_memory(state: PilotState) -> None:
@@ -325,12 +325,6 @@ def synchronize(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def not_finite(value: float) -> bool:
-    import math
-
-    return not math.isfinite(value)
-
-
 def worst_verdict(verdicts: list[Verdict]) -> Verdict:
     if Verdict.FAIL in verdicts:
         return Verdict.FAIL
@@ -357,11 +351,13 @@ def _memory_cell(memory: dict[str, Any] | None, counter: str) -> str:
 def _inputs_cell(inputs: dict[str, Any]) -> str:
     shape = f"{inputs['microbatch']}" + (f"x{inputs['length']}" if inputs.get("length") else "")
     ckpt = " ckpt" if inputs["activation_checkpointing"] else ""
-    return f"{shape} {inputs['precision']}\nacc {inputs['accumulation']} w{inputs['world_size']}{ckpt}"
+    rest = f"acc {inputs['accumulation']} w{inputs['world_size']}{ckpt}"
+    return f"{shape} {inputs['precision']}\n{rest}"
 
 
 def gate_table(rows: list[GateRow], title: str) -> Any:
     """The gate table (S5): CUDA allocated and reserved as separate columns, or CPU RSS."""
+    from rich.markup import escape
     from rich.table import Table
 
     from tunepilot.console import VERDICT_STYLE
@@ -388,5 +384,5 @@ def gate_table(rows: list[GateRow], title: str) -> Any:
         style = VERDICT_STYLE[Verdict(r.verdict)]
         table.add_row(str(r.number), r.phase, _inputs_cell(r.inputs),
                       *[_memory_cell(r.memory, c) for c in counters], time_cell,
-                      f"[{style}]{r.verdict}[/]", r.sentence, r.requirement)  # fmt: skip
+                      f"[{style}]{r.verdict}[/]", escape(r.sentence), r.requirement)  # fmt: skip
     return table

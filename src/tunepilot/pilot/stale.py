@@ -6,6 +6,8 @@ it, and whether the extensions the campaign relies on run here (B1, B2, L2).
   gets a STALE.json naming the change and the pilot that found it, and the row lists what to
   redo: every gate of the pilot (this run redoes them) and the quality checks (baseline,
   control runs) recorded on the old backend (B1).
+- `measured_card` names the catalog card this backend is, so the plan knows whether its
+  times were measured on the card it plans for.
 - Extensions are exercised on a tiny tensor on this device, because a preference written in a
   campaign (`attn_implementation: flash_attention_2`, bf16) does not prove the stack runs it
   (L2): scaled-dot-product attention, flash-attn, bf16 autocast, fp16 (CUDA only), AdamW
@@ -60,6 +62,23 @@ def mark_stale(previous: Path, pilot_id: str, diff: list[str]) -> None:
     (previous / STALE_FILE).write_text(json.dumps(payload, indent=2), encoding="utf-8")
 
 
+def measured_card(env: dict[str, Any], catalog: Any) -> str:
+    """The catalog card this pilot ran on ("cpu" without a GPU): every word of its name
+    (memory words aside) in the device name, the closest memory size among matches."""
+    devices = env.get("devices") or []
+    if not devices:
+        return "cpu"
+    name, memory = devices[0]["name"].lower(), devices[0]["total_memory_bytes"] / 2**30
+
+    def named(card: Any) -> bool:
+        return all(w in name for w in card.name.lower().split() if not w.endswith("gb"))
+
+    matches = [c for c in catalog.cards if named(c)]
+    if not matches:
+        return str(devices[0]["name"])
+    return min(matches, key=lambda c: abs(c.memory_gib - memory)).name
+
+
 def environment_gate(state: PilotState) -> Outcome:
     """Gate 1: fingerprint, B1 staleness against the last pilot, extensions exercised."""
     env = fingerprint()
@@ -70,8 +89,12 @@ def environment_gate(state: PilotState) -> Outcome:
     verdicts: list[Verdict] = []
 
     previous = previous_pilot(state.ws.pilots_dir, state.pilot_id)
+    old: dict[str, Any] = {}
     if previous is not None:
         old = json.loads((previous / "gates.json").read_text(encoding="utf-8")).get("env") or {}
+        if not old:
+            parts.append(f"pilot {previous.name} recorded no fingerprint: nothing to compare")
+    if previous is not None and old:
         diff = fingerprint_diff(old, env)
         details.update(previous_pilot=previous.name, backend_changes=diff)
         if diff:
@@ -167,7 +190,7 @@ def _check_attention(impl: str, device: Any) -> dict[str, Any]:
             return _result(impl, Verdict.FAIL,
                            f"model.attn_implementation={impl} but flash_attn does not import "
                            f"({str(exc)[:120]}); `pip install flash-attn --no-build-isolation` "
-                           "for this torch and CUDA, or set model.attn_implementation=sdpa")  # fmt: skip
+                           "for this torch and CUDA, or set attn_implementation=sdpa")  # fmt: skip
         try:
             q = torch.randn(1, 8, 2, 64, device=device, dtype=torch.float16)
             flash_attn_func(q, q, q, causal=True)
@@ -218,9 +241,8 @@ def _check_collectives(strategy: str, nproc: int, device: Any) -> dict[str, Any]
         return _result(strategy, Verdict.FAIL, f"{backend} is not available for {strategy}")
     visible = torch.cuda.device_count() if device.type == "cuda" else nproc
     if visible < nproc:
-        return _result(strategy, Verdict.WARN,
-                       f"{strategy} asks for {nproc} processes but {visible} GPU(s) are "
-                       "visible; the pilot checks one process only: rerun it on the full machine")  # fmt: skip
+        said = f"{strategy} asks for {nproc} processes but {visible} GPU(s) are visible"
+        return _result(strategy, Verdict.WARN, f"{said}; rerun the pilot on the full machine")
     return _result(strategy, Verdict.PASS,
                    f"{backend} is available for {strategy} x {nproc}; the pilot runs one "
                    "process: the gates below are per replica")  # fmt: skip

@@ -8,7 +8,7 @@ position, the data position and the generators (R1). One checkpoint is one folde
         or model.safetensors                              (full fine-tune)
         optimizer.safetensors   AdamW tensors as "state.<param index>.<name>"
         optimizer.json          param groups and any non-tensor optimizer state
-        rng.safetensors         torch CPU (and CUDA) generator states
+        rng.safetensors         torch CPU (and CUDA) generator states (ranks > 0: "rank<r>.")
         state.json              update, sampler position, seed, hashes, Python/NumPy RNG
         MANIFEST.json           sha256 and size of every other file
 
@@ -94,8 +94,13 @@ def save_checkpoint(
     sampler_state: dict[str, Any],
     extra: dict[str, Any],
     keep_last: int,
+    rng_states: Sequence[rng.Captured] | None = None,
 ) -> Path:
-    """Write the full training state after `update` updates; returns the step folder."""
+    """Write the full training state after `update` updates; returns the step folder.
+
+    `rng_states`: every rank's generators (`rng.gather`) under data replicas; None saves
+    this process's own.
+    """
     from safetensors.torch import save_file, save_model
 
     root = Path(run_dir) / "checkpoints"
@@ -117,14 +122,14 @@ def save_checkpoint(
     save_file(tensors, str(tmp / "optimizer.safetensors"))
     _write_json(tmp / "optimizer.json", opt_json)
 
-    rng_json, rng_tensors = rng.capture()
-    save_file({k: v.contiguous() for k, v in rng_tensors.items()}, str(tmp / "rng.safetensors"))
+    rng_json, rng_tensors = rng.to_files(rng_states or [rng.capture()])
+    save_file(rng_tensors, str(tmp / "rng.safetensors"))
     state = {
         "format": FORMAT,
         "update": update,
         "scheduler_step": update,  # the lr is a pure function of this (schedule.py)
         "sampler": sampler_state,
-        "rng": rng_json,
+        **rng_json,
         "weights": "peft" if _is_peft(inner) else "full",
         **extra,
     }

@@ -25,12 +25,13 @@ by parameter index, exactly as one process writes them. What that buys and what 
   part of the run's settings hash (the loop's identity check refuses), and
   `jobs.resume_distributed` refuses first with both world sizes named. Start a new run from
   the weights instead.
-* Exactness of a resume with replicas: the loop saves rank 0's generators only and reseeds
-  the other ranks from a derived seed, so a model that draws random numbers while training
-  (dropout: the tiny BERT's 0.1) continues with other masks on ranks > 0 and its curve
-  departs from the uninterrupted one after the resume (measured: identical to 9 decimals for
-  DDP and FSDP alike up to the pause, then ~3e-3 apart in loss). Without dropout (LoRA dropout 0,
-  Llama) the resumed curve is bit-identical, DDP and FSDP2 (tests/test_distributed.py).
+* Exactness of a resume with replicas (R1): every rank draws its own dropout masks, so every
+  rank joins the checkpoint to send its generators to rank 0 (`rng.gather`), the files hold
+  them all, and on resume each rank reads the checkpoint itself and restores its own
+  (`rng.of_rank`). With LoRA dropout 0.1, DDP and FSDP2 alike, 3 updates + a resume in new
+  processes give the bit-identical curve and adapter of 6 uninterrupted updates on CPU
+  (tests/test_distributed.py); saving rank 0's alone had put the curves ~1e-3 apart in loss.
+  A checkpoint written before this keeps loading: ranks > 0 then restart from a derived seed.
 
 Exit: `shutdown` calls `dist.barrier()` before `destroy_process_group()`: without it gloo
 sometimes aborts at exit (ENV.md: 2 of 34 runs), turning a finished run into exit code 1.
@@ -39,13 +40,14 @@ sometimes aborts at exit (ENV.md: 2 of 34 runs), turning a finished run into exi
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from tunepilot.errors import input_error
 from tunepilot.train.checkpoint import save_checkpoint, step_folder, verify_checkpoint
+from tunepilot.train.rng import Captured
 
 if TYPE_CHECKING:
     import torch
@@ -217,6 +219,7 @@ def save_gathered_checkpoint(
     sampler_state: dict[str, Any],
     extra: dict[str, Any],
     keep_last: int,
+    rng_states: Sequence[Captured] | None = None,
 ) -> Path:
     """`checkpoint.save_checkpoint` for an FSDP2 model: a collective every rank calls.
 
@@ -251,7 +254,7 @@ def save_gathered_checkpoint(
         order = _param_order(model, optimizer)
         save_checkpoint(
             run_dir, update, view, _GatheredOptimizer(_by_index(optim, order)),  # type: ignore[arg-type]
-            sampler_state, extra, keep_last,
+            sampler_state, extra, keep_last, rng_states,
         )  # fmt: skip
     dist.barrier()
     return step_folder(run_dir, update)

@@ -17,8 +17,9 @@ Read `train` top to bottom; it is the whole story. The decisions that matter:
   scale matches the effective batch. The loss is never computed in half precision.
 * Stop causes are decided before the trial (V4): the budget, a non-finite loss (diverged: the
   update is not applied and its line is kept, V3), a loss bound and a wall clock.
-* Resume (R1) restores weights, optimizer, sampler position and generators, and the lr is a
-  pure function of the update index, so a resumed run continues the identical curve.
+* Resume (R1) restores weights, optimizer, sampler position and generators (every rank's:
+  each draws its own dropout masks), and the lr is a pure function of the update index, so a
+  resumed run continues the identical curve.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from tunepilot.train.checkpoint import (
     load_checkpoint,
     run_identity,
     save_checkpoint,
+    step_folder,
     unwrap,
 )
 from tunepilot.train.distributed import (
@@ -97,7 +99,8 @@ def train(
     `progress` shows a bar on rank 0; None means "when stderr is a terminal".
     With world_size > 1 the process group must be initialised; a DDP-wrapped or FSDP2
     (`fully_shard`) model syncs its own gradients, a plain one is synced here. Under FSDP2
-    every rank also runs `evaluate` (its forwards are collectives) and joins checkpoints.
+    every rank also runs `evaluate` (its forwards are collectives). Every rank joins
+    checkpoints (its generators are saved too); rank 0 writes them.
     """
     import torch
 
@@ -160,8 +163,10 @@ def train(
         if rank == 0:  # lines written after the checkpoint belong to a future that was lost
             _rewind_jsonl(metrics_path, done)
             _rewind_jsonl(evals_path, done)
-            rng.restore(state["rng"], state["rng_tensors"])
-        else:  # only rank 0's generators are saved; the others restart from a derived seed
+        generators = rng.of_rank(state, state["rng_tensors"], rank)
+        if generators is not None:
+            rng.restore(*generators)
+        else:  # a checkpoint that saved rank 0's generators only: restart from a derived seed
             rng.seed_everything(settings.seed + 1_000_003 * rank + done)
     elif rank == 0 and metrics_path.exists() and metrics_path.stat().st_size:
         raise input_error(
@@ -183,6 +188,9 @@ def train(
         return elapsed_before + time.monotonic() - start
 
     def checkpoint() -> Path:
+        generators = rng.gather(rank, world_size)  # every rank's, on rank 0: a collective
+        if not joins:
+            return step_folder(run_dir, done)  # rank 0 writes it
         extra = {
             "seed": settings.seed, "examples_seen": examples_seen, "plan": plan.to_json(),
             "elapsed_seconds": elapsed(),
@@ -190,7 +198,7 @@ def train(
         }  # fmt: skip
         keep = settings.keep_last_checkpoints
         save = save_gathered_checkpoint if is_fsdp else save_checkpoint
-        return save(run_dir, done, model, optimizer, sampler.state_dict(), extra, keep)
+        return save(run_dir, done, model, optimizer, sampler.state_dict(), extra, keep, generators)
 
     deterministic_before = torch.are_deterministic_algorithms_enabled()
     if device.type == "cpu":  # CUDA would also need CUBLAS_WORKSPACE_CONFIG; CPU is exact
@@ -276,7 +284,7 @@ def train(
             # 5. Evaluate and checkpoint on their schedules (rank 0 holds the files).
             if evaluate is not None and joins and done % settings.eval_every == 0:
                 _evaluate(model, evaluate, evals_path, done, rank)
-            if joins and settings.checkpoint_every and done % settings.checkpoint_every == 0:
+            if settings.checkpoint_every and done % settings.checkpoint_every == 0:
                 last_checkpoint = checkpoint()
 
             # 6. Stop causes that end the run after an applied update.
@@ -291,8 +299,9 @@ def train(
 
         # The end: a last validation point (V5) and a checkpoint to resume or export from.
         # A diverged run keeps its weights from before the bad update but saves nothing.
-        if status != "diverged" and joins:
-            if evaluate is not None and status != "paused" and done % settings.eval_every:
+        if status != "diverged":
+            last_eval_due = status != "paused" and done % settings.eval_every
+            if evaluate is not None and joins and last_eval_due:
                 _evaluate(model, evaluate, evals_path, done, rank)
             if last_checkpoint is None or last_checkpoint.name != f"step-{done:06d}":
                 last_checkpoint = checkpoint()
