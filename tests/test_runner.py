@@ -101,3 +101,39 @@ def test_bad_variant_name_is_refused_with_the_known_ones(campaign: Path):
     ws = Workspace.open(campaign)
     with pytest.raises(InputError, match="lr-2e-4"):
         run_flow.run(ws, ["lr-9"], None, None, as_json=True)
+
+
+def test_v3_retry_gets_a_new_id_pointing_at_the_original(campaign: Path):
+    ws = Workspace.open(campaign)
+    run_flow.run(ws, ["lr-2e-4"], "0", 2, as_json=True)  # paused: interrupted, with its reason
+    with Ledger.open(ws.ledger_path) as ledger:
+        paused = ledger.list_runs()[-1]
+    assert run_flow.run_any(ws, None, None, None, as_json=True, retry_of=paused.id) == 0
+    with Ledger.open(ws.ledger_path) as ledger:
+        rows = {r.id: r for r in ledger.list_runs()}
+    retry = next(r for r in rows.values() if r.retry_of == paused.id)
+    assert retry.id != paused.id and retry.status == "completed"
+    assert rows[paused.id].status == "interrupted"  # the original keeps its line
+
+
+def test_h1_a_changed_hypothesis_is_refused_until_amended_with_a_reason(campaign: Path):
+    from tunepilot.errors import InputError
+
+    edited = campaign.read_text().replace("max_class_drop: 0.05", "max_class_drop: 0.5")
+    assert edited != campaign.read_text()
+    changed = campaign.parent / "campaign.yaml"
+    original = campaign.read_text()
+    changed.write_text(edited)
+    try:
+        ws = Workspace.open(changed)
+        with pytest.raises(InputError, match="tunepilot amend"):
+            run_flow.run(ws, ["control"], "0", 1, as_json=True)
+        with pytest.raises(InputError, match="reason"):
+            run_flow.amend(ws, "  ")
+        assert run_flow.amend(ws, "classes are noisy; 5 points was stricter than the data") == 0
+        with Ledger.open(ws.ledger_path) as ledger:
+            kinds = [h.kind for h in ledger.hypothesis_history()]
+        assert kinds == ["original", "amendment"]
+        run_flow.check_hypothesis_before(ws)  # consistent again
+    finally:
+        changed.write_text(original)

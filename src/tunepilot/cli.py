@@ -342,6 +342,10 @@ def run_command(
         int | None, typer.Option(help="Run N independent runs side by side (one per GPU).")
     ] = None,
     torchrun_arg: TorchrunArgs = None,
+    retry: Annotated[
+        str | None,
+        typer.Option("--retry", help="Run a failed or interrupted run again under a new id."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Train variants x seeds; every run gets an id, a folder and a ledger line (V1-V6).
@@ -355,12 +359,14 @@ def run_command(
       tunepilot run campaign.yaml --nproc 2 --strategy fsdp
 
       tunepilot run campaign.yaml --jobs 2
+
+      tunepilot run campaign.yaml --retry lr-2e-4-s1-1
     """
     from tunepilot import run_flow
 
     _run(lambda: run_flow.run_any(
         _workspace(args), variant, seeds, stop_after, as_json, nproc=nproc, strategy=strategy,
-        jobs=jobs, torchrun_args=torchrun_arg))
+        jobs=jobs, torchrun_args=torchrun_arg, retry_of=retry))
 
 
 @app.command()
@@ -383,6 +389,21 @@ def resume(
 
     _run(lambda: run_flow.resume_any(_workspace(args), run_id, stop_after, as_json, nproc,
                                      torchrun_arg))
+
+
+@app.command()
+def amend(
+    reason: Annotated[str, typer.Argument(help="Why the hypothesis or its guards changed.")],
+    args: CampaignArgs = None,
+) -> None:
+    """Record the campaign's edited hypothesis and guards as an amendment with its reason;
+    the original stays beside it in the ledger and the report (H1).
+
+    Example: tunepilot amend "billing and refunds merged into one queue" campaign.yaml
+    """
+    from tunepilot import run_flow
+
+    _run(lambda: run_flow.amend(_workspace(args), reason))
 
 
 @app.command()
@@ -420,8 +441,9 @@ def compare(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
     Example: tunepilot compare campaign.yaml --json
     """
     from tunepilot.compare import compare_command
+    from tunepilot.run_flow import check_hypothesis_before
 
-    _run(lambda: compare_command(_workspace(args), as_json))
+    _run(lambda: compare_command(check_hypothesis_before(_workspace(args)), as_json))
 
 
 @app.command("test")
@@ -513,16 +535,32 @@ def demo(
         "demo-campaign"
     ),
     task: Annotated[str, typer.Option(help="classification | extraction")] = "classification",
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Tiny model, tiny budget: checks the wiring in ~1 min.")
+    ] = False,
 ) -> None:
-    """Generate the demo ticket data and campaign, then run the chain on embedded defaults.
+    """Generate the demo ticket data and campaign, then run the whole chain on embedded
+    defaults: audit, baseline, pilot, plan, the learning-rate sweep, compare, export, verify
+    and the HTML report.
 
-    Example: tunepilot demo demo-campaign
+    Examples:
+
+      tunepilot demo demo-campaign
+
+      tunepilot demo demo-extraction --task extraction
+
+      tunepilot demo /tmp/smoke --quick
     """
 
     def body() -> int:
         from tunepilot.demo.campaign import run_demo
 
-        return run_demo(directory, task)
+        if task not in ("classification", "extraction"):
+            from tunepilot.errors import input_error
+
+            raise input_error("--task", f"unknown demo task `{task}`",
+                              "use classification or extraction")
+        return run_demo(directory, task, quick)
 
     _run(body)
 

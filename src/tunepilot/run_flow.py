@@ -20,7 +20,51 @@ def _open_ledger(ws: Workspace) -> Any:
     ledger = Ledger.open(ws.ledger_path)
     for dead in ledger.interrupted_on_open:
         console.print(f"[yellow]marked {dead.run_id} interrupted[/]: {dead.reason}")
+    try:
+        check_hypothesis(ws, ledger)
+    except Exception:
+        ledger.close()
+        raise
     return ledger
+
+
+def check_hypothesis(ws: Workspace, ledger: Any) -> None:
+    """H1: once fixed, the hypothesis and guards change only as a recorded amendment, so a
+    guard cannot be loosened silently after the results are in."""
+    from tunepilot.campaign import stable_hash
+
+    history = ledger.hypothesis_history()
+    current = stable_hash(ws.campaign.hypothesis.model_dump(mode="json"))
+    if history and history[-1].hash != current:
+        raise input_error(
+            f"{ws.campaign_file} hypothesis",
+            f"differs from the one fixed in the ledger on {history[0].at[:10]} "
+            f"(hash {history[-1].hash} -> {current})",
+            f'record why: `tunepilot amend "<reason>" {ws.campaign_file}` (the original stays '
+            "next to the amendment in the report), or restore the original text")
+
+
+def check_hypothesis_before(ws: Workspace) -> Workspace:
+    """For commands that read the ledger themselves (compare): refuse a silent change first."""
+    with _open_ledger(ws):
+        pass
+    return ws
+
+
+def amend(ws: Workspace, reason: str) -> int:
+    """Record the campaign's current hypothesis and guards as an amendment with its reason."""
+    from tunepilot.console import console
+    from tunepilot.ledger import Ledger
+
+    if not reason.strip():
+        raise input_error("REASON", "an empty reason", "say why the hypothesis changed")
+    with Ledger.open(ws.ledger_path) as ledger:
+        if not ledger.hypothesis_history():
+            raise input_error("hypothesis", "nothing is fixed yet",
+                              f"run `tunepilot baseline {ws.campaign_file}` first: it fixes it")
+        digest = ledger.fix_hypothesis(ws.campaign.hypothesis.model_dump(mode="json"), reason)
+    console.print(f"hypothesis amendment recorded (hash {digest}): {reason}")
+    return 0
 
 
 def parse_seeds(text: str | None, default: list[int]) -> list[int]:
@@ -50,10 +94,12 @@ def baseline(ws: Workspace, as_json: bool) -> int:
 def run_any(ws: Workspace, variants: list[str] | None, seeds: str | None,
             stop_after: int | None, as_json: bool, *, nproc: int | None = None,
             strategy: str | None = None, jobs: int | None = None,
-            torchrun_args: list[str] | None = None) -> int:
+            torchrun_args: list[str] | None = None, retry_of: str | None = None) -> int:
     """Route `tunepilot run`: side-by-side jobs, torchrun replicas (B3, B4), or in-process."""
     from tunepilot import jobs as jobs_module
 
+    if retry_of:
+        return retry(ws, retry_of, stop_after, as_json)
     dist = ws.campaign.training.distributed
     replicas = nproc or dist.nproc
     if jobs and replicas > 1:
@@ -81,6 +127,23 @@ def resume_any(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool
         return resume_distributed(ws, run_id, nproc, torchrun_args=torchrun_args or (),
                                   stop_after=stop_after)
     return resume(ws, run_id, stop_after, as_json)
+
+
+def retry(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool) -> int:
+    """A new attempt at a run: a new id whose retry_of names it; the original keeps its line."""
+    from tunepilot.console import console, print_json
+    from tunepilot.runner import Session, execute_run
+
+    with _open_ledger(ws) as ledger:
+        original = ledger.get_run(run_id)
+        outcome = execute_run(Session(ws), ledger, original.variant, original.seed,
+                              retry_of=run_id, stop_after=stop_after)
+    if as_json:
+        print_json(_outcome_json(outcome))
+    else:
+        console.print(f"{outcome.run_id} (retry of {run_id}): {outcome.status} "
+                      f"({outcome.reason}) {_headline(outcome.metrics)}")
+    return 0
 
 
 def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after: int | None,

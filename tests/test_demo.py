@@ -1,0 +1,48 @@
+"""The demo chain end to end on a tiny model (issue: deliver): every step runs through the real
+entry point and leaves the files a colleague re-reads (L5)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.parametrize("task", ["classification", "extraction"])
+def test_l5_quick_demo_runs_the_whole_chain_and_delivers(tmp_path: Path, task: str):
+    folder = tmp_path / "demo"
+    result = subprocess.run(
+        [sys.executable, "-m", "tunepilot.cli", "demo", str(folder), "--quick", "--task", task],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode in (0, 1), result.stderr[-3000:]
+    out = result.stdout
+    for step in ("data audit", "baseline", "pilot", "plan", "sweep", "compare", "export",
+                 "verify", "report", "summary"):
+        assert step in out, step
+    summary = out[out.index("summary"):]
+    assert "5. dossier:" in summary and "decision:" in summary
+    assert (folder / "report" / "index.html").is_file()
+    gates = json.loads(next((folder / "pilots").glob("*/gates.json")).read_text())
+    assert len(gates["rows"]) == 13
+    bundles = [p for p in (folder / "exports").iterdir() if p.is_dir()]
+    assert len(bundles) == 1
+    verification = json.loads(
+        (folder / "exports" / f"{bundles[0].name}.verification.json").read_text()
+    )
+    assert verification["verdict"] == "PASS"
+    # exit 1 only when a step failed, and then the summary names it
+    assert (result.returncode == 1) == ("FAIL in:" in summary)
+
+
+def test_demo_refuses_to_overwrite_a_campaign(tmp_path: Path):
+    (tmp_path / "campaign.yaml").write_text("name: mine\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "tunepilot.cli", "demo", str(tmp_path), "--quick"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2 and "already" in result.stderr
+    assert (tmp_path / "campaign.yaml").read_text() == "name: mine\n"
