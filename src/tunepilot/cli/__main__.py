@@ -1,0 +1,3 @@
+from tunepilot.cli import main
+
+main()

@@ -1,0 +1,117 @@
+"""Delivering: export, verify, the dossier, and the demo that runs the whole chain."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tunepilot.cli.app import (
+    CampaignArgs,
+    JsonFlag,
+    app,
+    open_workspace,
+    run_body,
+)
+
+# ---------------------------------------------------------------------------------------------
+# deliver: export, verify
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def export(
+    run_id: Annotated[str, typer.Argument(help="A completed run, e.g. lr-2e-4-s0-1.")],
+    args: CampaignArgs = None,
+    out: Annotated[Path | None, typer.Option(help="Bundle folder (default exports/RUN).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Write a bundle a colleague can load without tunepilot: adapter (PEFT format) or model,
+    tokenizer, resolved campaign, base id + revision + weight hashes, environment, metrics,
+    control inputs, README and MANIFEST.json (P4, R3).
+
+    Example: tunepilot export control-s0-1 campaign.yaml
+    """
+    from tunepilot.verify import export_command
+
+    run_body(lambda: export_command(open_workspace(args), run_id, out, as_json))
+
+
+@app.command()
+def verify(
+    bundle: Annotated[Path, typer.Argument(help="An export folder.")],
+    base: Annotated[
+        Path | None, typer.Option(help="Your copy of the base model, if it moved.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """In a new process: check every hash, refuse pickles, load with plain transformers/peft,
+    replay the control inputs and compare (R2, R4). Exit 1 when anything differs.
+
+    Example: tunepilot verify exports/control-s0-1
+    """
+    from tunepilot.verify import verify_command
+
+    run_body(lambda: verify_command(bundle, as_json, base))
+
+
+@app.command()
+def report(
+    args: CampaignArgs = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Open the dossier in the system browser.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Write one self-contained HTML dossier a colleague can re-read months later: hypothesis,
+    data audit, pilot gates, sizing, plan, every run, curves, comparison, per-class charts,
+    test looks, notebook, exports and observed limits (L4, L5).
+
+    Example: tunepilot report campaign.yaml --open
+    """
+    from tunepilot.report.flow import report_command
+
+    run_body(lambda: report_command(open_workspace(args), open_browser, as_json))
+
+
+# ---------------------------------------------------------------------------------------------
+# demo
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def demo(
+    directory: Annotated[Path, typer.Argument(help="Where to write the demo campaign.")] = Path(
+        "demo-campaign"
+    ),
+    task: Annotated[str, typer.Option(help="classification | extraction")] = "classification",
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Tiny model, tiny budget: checks the wiring in ~1 min.")
+    ] = False,
+) -> None:
+    """Generate the demo ticket data and campaign, then run the whole chain on embedded
+    defaults: audit, baseline, pilot, plan, the learning-rate sweep, compare, export, verify
+    and the HTML report.
+
+    Examples:
+
+      tunepilot demo demo-campaign
+
+      tunepilot demo demo-extraction --task extraction
+
+      tunepilot demo /tmp/smoke --quick
+    """
+
+    def body() -> int:
+        from tunepilot.demo.campaign import run_demo
+
+        if task not in ("classification", "extraction"):
+            from tunepilot.errors import input_error
+
+            raise input_error(
+                "--task", f"unknown demo task `{task}`", "use classification or extraction"
+            )
+        return run_demo(directory, task, quick)
+
+    run_body(body)

@@ -1,0 +1,197 @@
+"""Experiments: baseline, run, resume, amend, runs, note, compare, the sealed test."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tunepilot.cli.app import (
+    CampaignArgs,
+    JsonFlag,
+    app,
+    open_workspace,
+    run_body,
+)
+
+# ---------------------------------------------------------------------------------------------
+# experiments: baseline, run, resume, runs, note
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def baseline(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
+    """Evaluate the starting model on the validation split before any training (H3) and fix
+    the hypothesis in the ledger (H1). Predictions per example are kept.
+
+    Example: tunepilot baseline campaign.yaml
+    """
+    from tunepilot import run_flow
+
+    run_body(lambda: run_flow.baseline(open_workspace(args), as_json))
+
+
+Nproc = Annotated[
+    int | None, typer.Option("--nproc", help="Data replicas per run, launched with torchrun.")
+]
+TorchrunArgs = Annotated[
+    list[str] | None,
+    typer.Option("--torchrun-arg", help="Passed to torchrun, e.g. --torchrun-arg=--nnodes=2."),
+]
+
+
+@app.command("run")
+def run_command(
+    args: CampaignArgs = None,
+    variant: Annotated[
+        list[str] | None, typer.Option("--variant", "-v", help="Variant(s) to run; default all.")
+    ] = None,
+    seeds: Annotated[
+        str | None, typer.Option(help="Comma-separated seeds; default the campaign's.")
+    ] = None,
+    stop_after: Annotated[
+        int | None,
+        typer.Option("--stop-after", help="Pause each run after N updates (resume later)."),
+    ] = None,
+    nproc: Nproc = None,
+    strategy: Annotated[
+        str | None, typer.Option(help="ddp | fsdp (default: the campaign's).")
+    ] = None,
+    jobs: Annotated[
+        int | None, typer.Option(help="Run N independent runs side by side (one per GPU).")
+    ] = None,
+    torchrun_arg: TorchrunArgs = None,
+    retry: Annotated[
+        str | None,
+        typer.Option("--retry", help="Run a failed or interrupted run again under a new id."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Train variants x seeds; every run gets an id, a folder and a ledger line (V1-V6).
+
+    Examples:
+
+      tunepilot run campaign.yaml
+
+      tunepilot run campaign.yaml --variant control --variant lr-2e-4 --seeds 0,1
+
+      tunepilot run campaign.yaml --nproc 2 --strategy fsdp
+
+      tunepilot run campaign.yaml --jobs 2
+
+      tunepilot run campaign.yaml --retry lr-2e-4-s1-1
+    """
+    from tunepilot import run_flow
+
+    run_body(
+        lambda: run_flow.run_any(
+            open_workspace(args),
+            variant,
+            seeds,
+            stop_after,
+            as_json,
+            nproc=nproc,
+            strategy=strategy,
+            jobs=jobs,
+            torchrun_args=torchrun_arg,
+            retry_of=retry,
+        )
+    )
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to continue, e.g. control-s0-1.")],
+    args: CampaignArgs = None,
+    stop_after: Annotated[
+        int | None, typer.Option("--stop-after", help="Pause again after N updates in all.")
+    ] = None,
+    nproc: Nproc = None,
+    torchrun_arg: TorchrunArgs = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Continue a run from its latest checkpoint in this new process: same step, lr, data
+    position and generators, so the curve continues exactly (R1).
+
+    Example: tunepilot resume control-s0-1 campaign.yaml
+    """
+    from tunepilot import run_flow
+
+    run_body(
+        lambda: run_flow.resume_any(
+            open_workspace(args), run_id, stop_after, as_json, nproc, torchrun_arg
+        )
+    )
+
+
+@app.command()
+def amend(
+    reason: Annotated[str, typer.Argument(help="Why the hypothesis or its guards changed.")],
+    args: CampaignArgs = None,
+) -> None:
+    """Record the campaign's edited hypothesis and guards as an amendment with its reason;
+    the original stays beside it in the ledger and the report (H1).
+
+    Example: tunepilot amend "billing and refunds merged into one queue" campaign.yaml
+    """
+    from tunepilot import run_flow
+
+    run_body(lambda: run_flow.amend(open_workspace(args), reason))
+
+
+@app.command()
+def runs(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
+    """List every run of the campaign with its status and reason, failures included (V3).
+
+    Example: tunepilot runs campaign.yaml --json
+    """
+    from tunepilot import run_flow
+
+    run_body(lambda: run_flow.list_runs(open_workspace(args), as_json))
+
+
+@app.command()
+def note(
+    text: Annotated[str, typer.Argument(help="The decision or observation.")],
+    args: CampaignArgs = None,
+    run_id: Annotated[str | None, typer.Option("--run", help="Attach it to a run.")] = None,
+) -> None:
+    """Write a timestamped entry in the campaign notebook (L4).
+
+    Example: tunepilot note "lr 2e-4 diverges after warmup; keep 1e-4" campaign.yaml
+    """
+    from tunepilot import run_flow
+
+    run_body(lambda: run_flow.note(open_workspace(args), text, run_id))
+
+
+@app.command()
+def compare(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
+    """Variants vs the control across seeds: mean and std, a paired bootstrap interval on
+    per-example scores, per-class deltas, guards against the baseline and the control, every
+    diverged or interrupted run with its reason, and a decision (V5-V7, H2).
+
+    Example: tunepilot compare campaign.yaml --json
+    """
+    from tunepilot.compare import compare_command
+    from tunepilot.run_flow import check_hypothesis_before
+
+    run_body(lambda: compare_command(check_hypothesis_before(open_workspace(args)), as_json))
+
+
+@app.command("test")
+def test_command(
+    final: Annotated[
+        str, typer.Option("--final", help="The run (or `baseline`) to evaluate on the test split.")
+    ],
+    args: CampaignArgs = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Evaluate one run on the sealed test split. Every look is counted; a second look warns
+    loudly, or is refused when test_policy.on_second_look is `refuse` (H4).
+
+    Example: tunepilot test --final lr-2e-4-s0-1 campaign.yaml
+    """
+    from tunepilot.sealed_test import final_test
+
+    run_body(lambda: final_test(open_workspace(args), final, as_json))

@@ -1,0 +1,70 @@
+"""Before renting: the pilot (13 gates) and the plan (sizing sheet, 3/7/30-day package)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tunepilot.cli.app import (
+    CampaignArgs,
+    JsonFlag,
+    app,
+    open_workspace,
+    run_body,
+)
+
+# ---------------------------------------------------------------------------------------------
+# before renting: pilot, plan
+# ---------------------------------------------------------------------------------------------
+
+Gpu = Annotated[str | None, typer.Option("--gpu", help="A card of the GPU catalog to plan for.")]
+Catalog = Annotated[
+    Path | None, typer.Option("--catalog", help="Your GPU catalog (YAML) with prices filled in.")
+]
+
+
+@app.command()
+def pilot(
+    args: CampaignArgs = None,
+    as_json: JsonFlag = False,
+    tensors: Annotated[
+        bool, typer.Option("--tensors", help="Also measure tensor bytes (PyTorch profiler).")
+    ] = False,
+    gpu: Gpu = None,
+    catalog: Catalog = None,
+) -> None:
+    """Run every operation of the campaign once, each as a gate that ends PASS, WARN or FAIL
+    with what was seen and what to do: environment, data, inspect, load, update audit, first
+    step, steady step, accumulation, tiny-subset overfit, evaluation, checkpoint, resume in a
+    new process, export and reload. Memory and time per phase; exit 1 on any FAIL.
+
+    Run it before you rent, and again on the GPU you rented (it re-checks the platform, B1).
+
+    Example: tunepilot pilot campaign.yaml --gpu "A100 80GB"
+    """
+    from tunepilot.pilot.flow import run_pilot
+
+    run_body(
+        lambda: run_pilot(
+            open_workspace(args), as_json=as_json, tensors=tensors, gpu=gpu, catalog=catalog
+        )
+    )
+
+
+@app.command()
+def plan(
+    args: CampaignArgs = None,
+    gpu: Gpu = None,
+    catalog: Catalog = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The selection sheet (L1) and the 3/7/30-day rental plan (L3) from the latest pilot's
+    measurements and a fitted memory model (its held-out error is printed).
+
+    Example: tunepilot plan campaign.yaml --gpu "H100 80GB" --catalog my-prices.yaml
+    """
+    from tunepilot.pilot.flow import run_plan
+
+    run_body(lambda: run_plan(open_workspace(args), gpu=gpu, as_json=as_json, catalog=catalog))

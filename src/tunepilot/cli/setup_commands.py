@@ -1,0 +1,147 @@
+"""Commands that read a campaign before any training: validate, schema, init, data audit/show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tunepilot.cli.app import (
+    CampaignArgs,
+    JsonFlag,
+    app,
+    data_app,
+    open_workspace,
+    run_body,
+    split_campaign_args,
+)
+
+# ---------------------------------------------------------------------------------------------
+# campaign file
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def validate(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
+    """Check a campaign file without training anything: every problem at once, each with its
+    key path, what was found and the fix. Never imports torch.
+
+    Example: tunepilot validate campaign.yaml training.lr=5e-5
+    """
+
+    def body() -> int:
+        from tunepilot.campaign import load_campaign
+        from tunepilot.campaign.checks import raise_on_problems
+        from tunepilot.console import console, print_json
+
+        path, overrides = split_campaign_args(args)
+        campaign = load_campaign(path, overrides)
+        raise_on_problems(campaign, path.resolve().parent, str(path))
+        if as_json:
+            print_json(
+                {
+                    "ok": True,
+                    "campaign": campaign.model_dump(mode="json"),
+                    "config_hash": campaign.config_hash(),
+                }
+            )
+        else:
+            t = campaign.training
+            console.print(
+                f"[bold green]ok[/] {path}: campaign [bold]{campaign.name}[/], task "
+                f"{campaign.hypothesis.task}, model {campaign.model.name_or_path} "
+                f"({campaign.model.method}), {len(campaign.variants)} variant(s) x "
+                f"{len(campaign.seeds)} seed(s), microbatch {t.microbatch} x accumulation "
+                f"{t.accumulation}, config hash {campaign.config_hash()}"
+            )
+        return 0
+
+    run_body(body)
+
+
+@app.command()
+def schema() -> None:
+    """Print the campaign file's JSON Schema (point your editor's YAML plugin at it).
+
+    Example: tunepilot schema > campaign.schema.json
+    """
+    from tunepilot.campaign import json_schema
+    from tunepilot.console import print_json
+
+    print_json(json_schema())
+
+
+@app.command()
+def init(
+    directory: Annotated[Path, typer.Argument(help="Folder for the new campaign.")],
+    task: Annotated[
+        str, typer.Option(help="classification | extraction | format")
+    ] = "classification",
+    force: Annotated[bool, typer.Option(help="Overwrite an existing campaign.yaml.")] = False,
+) -> None:
+    """Write a commented campaign.yaml that starts with the command that runs it.
+
+    Example: tunepilot init tickets --task classification
+    """
+
+    def body() -> int:
+        from tunepilot.console import console
+        from tunepilot.templates import write_template
+
+        path = write_template(directory, task, force=force)
+        console.print(f"wrote {path}\nnext: [bold]tunepilot validate {path}[/]")
+        return 0
+
+    run_body(body)
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------
+
+
+@data_app.command("audit")
+def data_audit(
+    args: CampaignArgs = None,
+    as_json: JsonFlag = False,
+    no_tokenizer: Annotated[
+        bool, typer.Option("--no-tokenizer", help="Skip the token-length and truncation checks.")
+    ] = False,
+) -> None:
+    """Audit the campaign's data: duplicates, near-duplicates, leakage by group or time,
+    labels, class balance, label mapping and truncation. Exit 1 when a check FAILs.
+
+    Example: tunepilot data audit campaign.yaml data.split.policy=group
+    """
+
+    def body() -> int:
+        from tunepilot.data_flow import audit_workspace
+
+        return audit_workspace(open_workspace(args), as_json, not no_tokenizer)
+
+    run_body(body)
+
+
+@data_app.command("show")
+def data_show(
+    args: CampaignArgs = None,
+    n: Annotated[int, typer.Option("-n", help="Examples to show.")] = 3,
+    per_class: Annotated[
+        int, typer.Option("--per-class", help="Also show K examples of each class (D4).")
+    ] = 0,
+    split: Annotated[str, typer.Option(help="train | validation | test")] = "train",
+    as_json: JsonFlag = False,
+) -> None:
+    """Show examples after the exact encoding the trainer uses: tokens, separators, the
+    positions that carry loss, the truncation point and the expected target (D3-D5).
+
+    Example: tunepilot data show campaign.yaml -n 2 --per-class 1 --split validation
+    """
+
+    def body() -> int:
+        from tunepilot.data_flow import show_workspace
+
+        return show_workspace(open_workspace(args), split, n, per_class, as_json)
+
+    run_body(body)
