@@ -74,6 +74,8 @@ for name, strategy, stop_after, resume in spec["runs"]:
     line = json.dumps({"rank": ctx.rank, "run": name, "status": result.status}) + "\n"
     os.write(1, line.encode())  # one write: the ranks share the pipe, lines must not interleave
 distributed.shutdown(ctx)
+from tunepilot.train.worker import exit_now
+exit_now(0)
 """
 
 

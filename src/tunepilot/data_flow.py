@@ -16,7 +16,7 @@ def audit_findings(ws: Workspace, with_tokenizer: bool = True) -> tuple[Any, lis
     """Prepare the data and run every audit check; returns (prepared, findings)."""
     from tunepilot.data.audit import run_audit
 
-    prepared = ws.prepare()
+    prepared = ws.prepare(seal=False)  # looking at data never seals the test split (H4)
     encoder = ws.encoder(prepared.label_names) if with_tokenizer else None
     label_map = ws.model_label_map() if with_tokenizer else None
     findings = run_audit(
@@ -58,7 +58,7 @@ def show_workspace(ws: Workspace, split: str, n: int, per_class: int, as_json: b
     from tunepilot.data.inspect import print_samples, render_samples, samples_to_json
     from tunepilot.errors import input_error
 
-    prepared = ws.prepare()
+    prepared = ws.prepare(seal=False)
     if split not in prepared.splits or not prepared.splits[split]:
         raise input_error(
             "--split",

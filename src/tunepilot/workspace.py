@@ -70,10 +70,11 @@ class Workspace:
             "mask_prompt": d.mask_prompt,
         }
 
-    def prepare(self, write: bool = True) -> PreparedData:
+    def prepare(self, write: bool = True, seal: bool = True) -> PreparedData:
+        """The campaign's data, split and versioned; `seal=False` never creates the test seal."""
         from tunepilot.data.prepare import prepare_data
 
-        return prepare_data(self.campaign, self.root, write=write)
+        return prepare_data(self.campaign, self.root, write=write, seal=seal)
 
     @cached_property
     def model_source(self) -> Any:

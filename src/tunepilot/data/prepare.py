@@ -26,8 +26,15 @@ from tunepilot.data.version import data_version
 from tunepilot.errors import MAX_PROBLEMS, InputError, Problem
 
 
-def prepare_data(campaign: Campaign, root: Path, write: bool = True) -> PreparedData:
-    """Load, clean, split and version the campaign's data; write the split ids when `write`."""
+def prepare_data(
+    campaign: Campaign, root: Path, write: bool = True, seal: bool = True
+) -> PreparedData:
+    """Load, clean, split and version the campaign's data; write the split ids when `write`.
+
+    An existing seal always fixes the test split (H4). A new one is created only when `seal`:
+    the commands that only look at the data (audit, show) do not seal, so exploring
+    `data.split.policy=random` on the command line cannot fix a leaky test split for good.
+    """
     root = Path(root)
     data = campaign.data
     task = campaign.hypothesis.task
@@ -53,8 +60,8 @@ def prepare_data(campaign: Campaign, root: Path, write: bool = True) -> Prepared
         source = {name: [] for name in order}
         for ex in cleaned:
             source[home[ex.id]].append(ex)
-    seal = read_seal(root)
-    splits = make_splits(source, data.split, data.fields, seal["ids"] if seal else None)
+    sealed = read_seal(root)
+    splits = make_splits(source, data.split, data.fields, sealed["ids"] if sealed else None)
     label_names = _label_names(campaign, splits)
     encoding = encoding_identity(campaign, label_names)
     version = data_version(splits, data.cleaning, data.split, encoding)
@@ -75,9 +82,9 @@ def prepare_data(campaign: Campaign, root: Path, write: bool = True) -> Prepared
                 "task": task,
             },
         )
-        if seal is None and splits["test"]:
-            seal = new_seal([ex.id for ex in splits["test"]])
-            write_json_atomic(root / SEAL_FILE, seal)
+        if sealed is None and seal and splits["test"]:
+            sealed = new_seal([ex.id for ex in splits["test"]])
+            write_json_atomic(root / SEAL_FILE, sealed)
     return PreparedData(
         splits=splits,
         version=version,
@@ -85,7 +92,7 @@ def prepare_data(campaign: Campaign, root: Path, write: bool = True) -> Prepared
         cleaning=counts,
         split_policy=policy,
         folder=folder,
-        test_seal=seal,
+        test_seal=sealed,
     )
 
 

@@ -89,7 +89,7 @@ def _read_jsonl(path: Path, lines: list[str], problems: ProblemList) -> tuple[li
         except json.JSONDecodeError as exc:
             problems.add(
                 f"{path}:{number}",
-                f"not valid JSON ({exc.msg} at column {exc.colno})",
+                f"not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})",
                 "fix that line: one JSON object per line, double-quoted keys and strings",
             )
             continue

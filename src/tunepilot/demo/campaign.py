@@ -60,7 +60,9 @@ def write_demo_campaign(
         text = text.replace("name_or_path: path/to/causal-lm", "name_or_path: base-model")
         # A 130k-parameter model from config cannot memorise answers through rank-8 adapters
         # on two projections (the pilot's overfit gate says so): train all of it, briefly.
-        overrides = {"model.method": "full", "training.lr": 1e-3,
+        # Its tokenizer is nearly byte-level: prompt + answer need up to ~200 tokens, and an
+        # answer cut by max_length is not the same experiment (S6).
+        overrides = {"model.method": "full", "training.lr": 1e-3, "data.max_length": 256,
                      "training.budget.updates": 60, "training.eval_every": 30,
                      "variants": {"lr-5e-4": {"explain": "Half the learning rate.",
                                               "overrides": {"training.lr": 5e-4}}},
