@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tunepilot.measure.memory import human_bytes
 from tunepilot.report.html import (
     badge,
     code,
@@ -197,14 +198,8 @@ def _memory_cell(mem: Any, counter: str) -> str:
 
 
 def _bytes(n: Any) -> str:
-    if not isinstance(n, int | float):
-        return "n/a"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return "n/a"
+    """Bytes for a person; anything that is not a number (a missing counter) reads `n/a`."""
+    return human_bytes(n if isinstance(n, int | float) else None)
 
 
 def gate_table(rows: list[dict[str, Any]]) -> str:
