@@ -59,8 +59,13 @@ def cls_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def cls_audit(cls_campaign: Path) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
-    """The campaign's own audit, run first: it draws and seals the test split."""
+    """The campaign's own audit, run first. Looking never seals; the first command that uses
+    the data for real does (here `Workspace.prepare()`, as `baseline` or `run` would)."""
     result = cli("data", "audit", cls_campaign, "--json")
+    assert not (cls_campaign.parent / "data" / "test_seal.json").exists()
+    from tunepilot.workspace import Workspace
+
+    Workspace.open(cls_campaign).prepare()
     assert result.returncode in (0, 1), result.stderr
     return result, json.loads(result.stdout)
 

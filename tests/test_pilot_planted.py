@@ -80,7 +80,10 @@ def bert_from_mlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_p2_a_frozen_new_head_fails_the_load_gate_with_the_module_to_save(
     tmp_path: Path, bert_from_mlm: Path
 ) -> None:
-    ws = campaign(tmp_path, **{"model.name_or_path": str(bert_from_mlm)})
+    ws = campaign(
+        tmp_path,
+        **{"model.name_or_path": str(bert_from_mlm), "model.lora.modules_to_save": ["classifier"]},
+    )
     rows = gates_until(ws, "first step")
     load = rows["load"]
     assert load.verdict == "FAIL"
@@ -160,7 +163,11 @@ def test_d7_answers_recovered_under_a_frozen_random_output_layer_warn_on_the_fla
 ) -> None:
     """LoRA on every linear layer of a random tiny Llama, its output layer frozen: the argmax
     learns the 8 answers, but the loss cannot fall 4x. Mechanics work, so WARN, not FAIL."""
-    ws = campaign(tmp_path, "extraction", **{"model.lora.target_modules": ["all-linear"]})
+    ws = campaign(
+        tmp_path,
+        "extraction",
+        **{"model.method": "lora", "model.lora.target_modules": ["all-linear"]},
+    )
     overfit = gates_until(ws, "overfit")["overfit"]
     assert overfit.verdict == "WARN"
     assert overfit.details["recovered"] >= 0.9 * overfit.details["total"]

@@ -58,9 +58,12 @@ def build_campaign(folder: Path, *, full: bool = False) -> Workspace:
     run_flow.run(ws, None, None, None, as_json=False)
     with Ledger.open(ws.ledger_path) as ledger:
         execute_run(Session(ws), ledger, "lr-2e-4", 0, retry_of="lr-2e-4-s0-1")
-        body = ws.campaign.hypothesis.model_dump(mode="json")
-        body["classification_guards"]["max_class_drop"] = 0.1
-        ledger.fix_hypothesis(body, reason=AMEND_REASON)
+    # the user edits a guard after the first runs: allowed, as an amendment with its reason
+    text = path.read_text()
+    assert "max_class_drop: 0.05" in text
+    path.write_text(text.replace("max_class_drop: 0.05", "max_class_drop: 0.1"))
+    ws = Workspace.open(path)
+    run_flow.amend(ws, AMEND_REASON)
     run_flow.note(ws, NOTE, "lr-2e-4-s0-1")
     compare_command(ws, as_json=False)
     final_test(ws, "control-s0-1", as_json=False)
@@ -176,7 +179,7 @@ def test_h1_original_and_amended_hypothesis_are_side_by_side_with_the_reason(dos
     section = html.split('<section id="hypothesis">')[1].split("</section>")[0]
     assert section.count('<div class="card">') == 2
     assert '<tr class="changed"><td>classification_guards.max_class_drop</td>' in section
-    assert any("differs from the one fixed in the ledger" in x["sentence"] for x in data["limits"])
+    assert any("the hypothesis was amended 1" in x["sentence"] for x in data["limits"])
 
 
 def test_h4_test_looks_are_counted_and_a_second_look_is_a_limit(dossier) -> None:
