@@ -267,7 +267,10 @@ class CpuCounters:
             rss = CounterReading("cpu", "rss", None, None, None, self._reset_note)
         else:
             status = _proc_status_bytes()
-            peak = status["VmHWM"]
+            # The kernel updates VmHWM lazily (batched RSS counters), so a VmRSS read just
+            # after the reset can exceed it by a few pages; the phase's peak is never below
+            # where it started.
+            peak = max(status["VmHWM"], self._baseline)
             rss = CounterReading("cpu", "rss", self._baseline, peak, peak - self._baseline)
             rss.note = self._reset_note
         if self._reset_note:
