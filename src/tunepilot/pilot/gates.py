@@ -4,8 +4,8 @@ S1, S2, S4).
 
 Each gate is a plain function of the shared `PilotState` that returns an `Outcome`; the runner
 in phases.py measures it with the one memory probe and turns it into a row. The step gates use
-the loop's own pieces (`collate`, `count_targets`, `backward_update`, `_precision`) so what the
-pilot proves is what training runs, never a re-implementation.
+the loop's own pieces (`collate`, `count_targets`, `backward_update`, `autocast_and_scaler`)
+so what the pilot proves is what training runs, never a re-implementation.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def train_update(
     import torch
 
     from tunepilot.train.batching import collate, count_targets
-    from tunepilot.train.loop import _precision, backward_update
+    from tunepilot.train.loop import backward_update
+    from tunepilot.train.precision import autocast_and_scaler
 
     kind, device, model = state.kind, state.device, state.model
     state.shape = {
@@ -78,7 +79,7 @@ def train_update(
         "length": max(len(e.input_ids) for mb in microbatches for e in mb),
         "accumulation": len(microbatches),
     }
-    autocast, _ = _precision(state.training.precision, device)
+    autocast, _ = autocast_and_scaler(state.training.precision, device)
     batches = [
         {k: v.to(device) for k, v in collate(mb, kind, state.pad_id).items()} for mb in microbatches
     ]

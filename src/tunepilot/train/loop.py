@@ -25,7 +25,6 @@ Read `train` top to bottom; it is the whole story. The decisions that matter:
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import sys
 import time
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from tunepilot.errors import input_error
+from tunepilot.model import enable_activation_checkpointing
 from tunepilot.tasks.base import Encoded
 from tunepilot.train import rng
 from tunepilot.train.arithmetic import UpdatePlan, plan_updates
@@ -53,6 +53,8 @@ from tunepilot.train.distributed import (
     load_gathered_checkpoint,
     save_gathered_checkpoint,
 )
+from tunepilot.train.precision import autocast_and_scaler
+from tunepilot.train.records import finite_json, rewind_jsonl, write_line
 from tunepilot.train.schedule import lr_at
 
 if TYPE_CHECKING:
@@ -108,7 +110,7 @@ def train(
         raise ValueError(f"kind must be classification or causal_lm, not {kind!r}")
     run_dir = Path(run_dir)
     device = next(model.parameters()).device
-    autocast, scaler = _precision(settings.precision, device)
+    autocast, scaler = autocast_and_scaler(settings.precision, device)
     is_ddp = hasattr(model, "no_sync")
     # FSDP2 (`fully_shard`) averages gradients over ranks in backward like DDP, but its state
     # is sharded: every rank joins evaluation and checkpoints (gathers), rank 0 writes (B4).
@@ -134,7 +136,7 @@ def train(
 
     # Activation checkpointing (S3) changes how forward keeps activations: set it up front.
     if settings.activation_checkpointing:
-        _enable_activation_checkpointing(model)
+        enable_activation_checkpointing(unwrap(model))
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
@@ -161,8 +163,8 @@ def train(
         done, examples_seen = state["update"], state["examples_seen"]
         elapsed_before, last_checkpoint = state["elapsed_seconds"], folder
         if rank == 0:  # lines written after the checkpoint belong to a future that was lost
-            _rewind_jsonl(metrics_path, done)
-            _rewind_jsonl(evals_path, done)
+            rewind_jsonl(metrics_path, done)
+            rewind_jsonl(evals_path, done)
         generators = rng.of_rank(state, state["rng_tensors"], rank)
         if generators is not None:
             rng.restore(*generators)
@@ -254,7 +256,7 @@ def train(
             if status != "completed":
                 reason += "; the update was not applied"
                 record.update(stopped=status, seconds=round(elapsed(), 3))
-                _write_line(metrics_path, _finite_json(record), rank)
+                write_line(metrics_path, finite_json(record), rank)
                 optimizer.zero_grad(set_to_none=True)
                 break
 
@@ -275,7 +277,7 @@ def train(
                 torch.cuda.synchronize()  # the clock must see the work, not its launch
             update_seconds.append(time.perf_counter() - tick)
             record.update(seconds=round(elapsed(), 3), update_seconds=round(update_seconds[-1], 4))
-            _write_line(metrics_path, record, rank)
+            write_line(metrics_path, record, rank)
             if on_update is not None:
                 on_update(record)
             if bar is not None:
@@ -355,36 +357,6 @@ def backward_update(
 # ---------------------------------------------------------------------------------------------
 
 
-def _precision(precision: str, device: torch.device) -> tuple[Callable[[], Any], Any]:
-    """(autocast factory, GradScaler or None) for `training.precision`, or InputError (S3)."""
-    import torch
-
-    if precision == "fp32":
-        return contextlib.nullcontext, None
-    if precision == "bf16":
-        return (lambda: torch.autocast(device.type, dtype=torch.bfloat16)), None
-    if device.type != "cuda":
-        raise input_error(
-            "training.precision",
-            f"fp16 on {device.type}; fp16 training with a GradScaler is supported on CUDA only",
-            "use training.precision=bf16 (or fp32) here; keep fp16 for NVIDIA GPUs",
-            title="precision not available",
-        )
-    return (lambda: torch.autocast("cuda", dtype=torch.float16)), torch.amp.GradScaler("cuda")
-
-
-def _enable_activation_checkpointing(model: Any) -> None:
-    """Recompute activations in backward (S3); non-reentrant works with a frozen LoRA base."""
-    base = unwrap(model)
-    if hasattr(base, "get_base_model"):
-        base = base.get_base_model()
-    kwargs = {"use_reentrant": False}
-    if hasattr(base, "activation_checkpointing_enable"):  # the transformers 5 name
-        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-
-
 def _all_reduce(value: float, world_size: int) -> float:
     if world_size == 1:
         return value
@@ -420,36 +392,7 @@ def _evaluate(
             metrics = evaluate(inner)
         finally:
             inner.train()
-    _write_line(path, {"update": done, "eval": metrics}, rank)
-
-
-def _finite_json(record: dict[str, Any]) -> dict[str, Any]:
-    """JSON has no NaN: a non-finite number becomes null plus its text (the line is kept)."""
-    out = dict(record)
-    for key, value in record.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            out[key], out[f"{key}_text"] = None, str(value)
-    return out
-
-
-def _write_line(path: Path, record: dict[str, Any], rank: int) -> None:
-    if rank == 0:
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, allow_nan=False) + "\n")
-
-
-def _rewind_jsonl(path: Path, update: int) -> None:
-    """Keep the lines up to `update`, and drop a line that a kill cut in half."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line)["update"] <= update:
-                kept.append(line)
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue
-    path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+    write_line(path, {"update": done, "eval": metrics}, rank)
 
 
 def _want_progress(progress: bool | None) -> bool:
