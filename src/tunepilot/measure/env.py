@@ -106,6 +106,9 @@ def _torch_info() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         "hip": hip,
         "cudnn": cudnn,
         "debug": bool(torch.version.debug),
+        # CPU sums are split across intra-op threads: a different count can change the last
+        # bits of a loss (measured on MiniLM: 1.8e-7), so it belongs to a run's identity.
+        "intra_op_threads": torch.get_num_threads(),
     }
     devices: list[dict[str, Any]] = []
     if torch.cuda.is_available():
