@@ -22,7 +22,6 @@ an export is whole or absent, and an existing export is never overwritten.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -35,6 +34,7 @@ from tunepilot.bundle_check import FORMAT, MANIFEST, unsafe_reason
 from tunepilot.campaign import Campaign
 from tunepilot.data.example import Example
 from tunepilot.errors import input_error
+from tunepilot.train.manifest import write_manifest
 from tunepilot.workspace import Workspace
 
 _AUTO_CLASS = {
@@ -76,18 +76,6 @@ def _write_json(path: Path, obj: Any) -> None:
         json.dumps(obj, indent=2, ensure_ascii=False, default=str, allow_nan=True) + "\n",
         encoding="utf-8",
     )
-
-
-def _write_manifest(folder: Path) -> dict[str, Any]:
-    files = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        with path.open("rb") as handle:
-            digest = hashlib.file_digest(handle, "sha256").hexdigest()
-            os.fsync(handle.fileno())  # the bytes must be on disk before the rename shows them
-        files[str(path.relative_to(folder))] = {"sha256": digest, "bytes": path.stat().st_size}
-    manifest = {"format": FORMAT, "files": files}
-    _write_json(folder / MANIFEST, manifest)
-    return manifest
 
 
 def export_model(
@@ -168,7 +156,7 @@ def export_model(
         ]
         if unsafe:  # e.g. a library that wrote a pickle: never publish it (R4)
             raise RuntimeError(f"the export produced files a bundle must not hold: {unsafe}")
-        _write_manifest(tmp)
+        write_manifest(tmp, FORMAT)
         _refuse_existing(out_dir)
         os.replace(tmp, out_dir)
     except BaseException:

@@ -32,14 +32,18 @@ from typing import TYPE_CHECKING, Any
 from tunepilot.campaign import stable_hash
 from tunepilot.errors import InputError, Problem, input_error
 from tunepilot.train import rng
+from tunepilot.train.manifest import (
+    FORMAT,
+    fsync_dir,
+    verify_checkpoint,
+    write_json,
+    write_manifest,
+)
 
 if TYPE_CHECKING:
     import torch
 
-FORMAT = "tunepilot-checkpoint/1"
 STEP_PREFIX = "step-"
-PICKLE_SUFFIXES = {".pkl", ".pickle", ".pt", ".pth", ".bin", ".ckpt", ".joblib", ".npy"}
-TEXT_SUFFIXES = {".json", ".md", ".txt"}
 NOT_TRAJECTORY = {
     "eval_every",
     "eval_batch_size",
@@ -71,14 +75,6 @@ def unwrap(model: Any) -> Any:
 
 def _is_peft(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,7 +116,7 @@ def save_checkpoint(
 
     tensors, opt_json = _flatten_optimizer(optimizer.state_dict())
     save_file(tensors, str(tmp / "optimizer.safetensors"))
-    _write_json(tmp / "optimizer.json", opt_json)
+    write_json(tmp / "optimizer.json", opt_json)
 
     rng_json, rng_tensors = rng.to_files(rng_states or [rng.capture()])
     save_file(rng_tensors, str(tmp / "rng.safetensors"))
@@ -133,8 +129,8 @@ def save_checkpoint(
         "weights": "peft" if _is_peft(inner) else "full",
         **extra,
     }
-    _write_json(tmp / "state.json", state)
-    _write_manifest(tmp)
+    write_json(tmp / "state.json", state)
+    write_manifest(tmp)
 
     # Rename into place. A folder of the same step (a resume from an earlier step that
     # reaches it again) is moved aside first: os.replace cannot replace a non-empty folder.
@@ -145,7 +141,7 @@ def save_checkpoint(
         shutil.rmtree(aside)
     else:
         os.replace(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     _keep_last(root, update, keep_last)
     return final
 
@@ -163,33 +159,6 @@ def _flatten_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], 
             else:
                 other.setdefault(str(index), {})[name] = value
     return tensors, {"param_groups": state["param_groups"], "non_tensor_state": other}
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    with path.open("w", encoding="utf-8") as handle:
-        json.dump(obj, handle, indent=1, sort_keys=True, allow_nan=False)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _write_manifest(folder: Path) -> None:
-    files = {
-        str(p.relative_to(folder)): {"sha256": _sha256(p), "bytes": p.stat().st_size}
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
-    for name in files:  # the data must be on disk before the rename makes it visible
-        with (folder / name).open("rb") as handle:
-            os.fsync(handle.fileno())
-    _write_json(folder / "MANIFEST.json", {"format": FORMAT, "files": files})
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _keep_last(root: Path, newest: int, keep_last: int) -> None:
@@ -254,89 +223,6 @@ def check_identity(folder: Path, state: dict[str, Any], identity: dict[str, str]
 # ---------------------------------------------------------------------------------------------
 # verifying and loading
 # ---------------------------------------------------------------------------------------------
-
-
-def _unsafe_reason(path: Path) -> str | None:
-    """Why a file must not be read, or None. Checkpoints hold safetensors and text only."""
-    suffix = path.suffix.lower()
-    with path.open("rb") as handle:
-        head = handle.read(9)
-    # Pickle protocol 2+ starts with PROTO (0x80) and the protocol number; torch.save's
-    # default format is a zip archive that holds a pickle.
-    pickle_magic = (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head[
-        :4
-    ] == b"PK\x03\x04"
-    if suffix in PICKLE_SUFFIXES:
-        return f"a {suffix} file (pickle format); loading it could run arbitrary code"
-    if suffix == ".safetensors":
-        # A safetensors file is an 8-byte header length then a JSON header: check that
-        # shape instead of the pickle magic, whose first bytes a header length can mimic.
-        if len(head) < 9 or head[8:9] != b"{":
-            return "not a safetensors file (bad header); it may be a renamed pickle"
-        return None
-    if suffix not in TEXT_SUFFIXES:
-        return f"a {suffix or 'suffix-less'} file; checkpoints hold only safetensors and JSON"
-    if pickle_magic:
-        return "pickle bytes inside a text-named file"
-    return None
-
-
-def verify_checkpoint(folder: Path) -> dict[str, Any]:
-    """Check the manifest and refuse pickles; every problem is reported together (R4)."""
-    folder = Path(folder)
-    manifest_path = folder / "MANIFEST.json"
-    if not manifest_path.is_file():
-        raise input_error(
-            str(manifest_path),
-            "no MANIFEST.json (an incomplete or foreign checkpoint)",
-            "resume from a complete step folder (see latest_checkpoint)",
-            title="checkpoint refused",
-        )
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        listed: dict[str, dict[str, Any]] = dict(manifest["files"])
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise input_error(
-            str(manifest_path),
-            f"an unreadable manifest ({type(exc).__name__})",
-            "resume from another checkpoint",
-            title="checkpoint refused",
-        ) from None
-    problems: list[Problem] = []
-    present = {
-        str(p.relative_to(folder)): p
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p != manifest_path
-    }
-    for name, path in present.items():
-        reason = _unsafe_reason(path)
-        if reason:
-            problems.append(
-                Problem(str(path), reason, "delete it; never load files of unknown origin")
-            )
-        elif name not in listed:
-            problems.append(Problem(str(path), "a file not listed in MANIFEST.json", "remove it"))
-    for name, entry in listed.items():
-        path = folder / name
-        if name not in present:
-            problems.append(
-                Problem(
-                    str(path),
-                    "listed in MANIFEST.json but missing",
-                    "restore the file or resume from another checkpoint",
-                )
-            )
-        elif path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
-            problems.append(
-                Problem(
-                    str(path),
-                    "sha256 differs from MANIFEST.json (corrupted or edited)",
-                    "resume from another checkpoint; never edit a checkpoint in place",
-                )
-            )
-    if problems:
-        raise InputError(problems, title=f"checkpoint {folder} refused")
-    return manifest
 
 
 def load_weights(folder: Path, model: Any) -> dict[str, Any]:

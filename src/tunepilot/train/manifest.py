@@ -1,0 +1,131 @@
+"""A checkpoint folder's manifest (R4): every file's sha256 and size written last, checked
+first; only safetensors and JSON/text are accepted, and a pickle is refused by suffix or by its
+magic bytes without ever being opened as one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tunepilot.base_model import sha256_file
+from tunepilot.errors import InputError, Problem, input_error
+
+FORMAT = "tunepilot-checkpoint/1"
+PICKLE_SUFFIXES = {".pkl", ".pickle", ".pt", ".pth", ".bin", ".ckpt", ".joblib", ".npy"}
+TEXT_SUFFIXES = {".json", ".md", ".txt"}
+
+
+def write_json(path: Path, obj: Any) -> None:
+    with path.open("w", encoding="utf-8") as handle:
+        json.dump(obj, handle, indent=1, sort_keys=True, allow_nan=False)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_manifest(folder: Path, fmt: str = FORMAT) -> dict[str, Any]:
+    """Hash every file of `folder` into MANIFEST.json (checkpoints and export bundles)."""
+    files = {
+        str(p.relative_to(folder)): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+    for name in files:  # the data must be on disk before the rename makes it visible
+        with (folder / name).open("rb") as handle:
+            os.fsync(handle.fileno())
+    manifest = {"format": fmt, "files": files}
+    write_json(folder / "MANIFEST.json", manifest)
+    return manifest
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def unsafe_reason(path: Path) -> str | None:
+    """Why a file must not be read, or None. Checkpoints hold safetensors and text only."""
+    suffix = path.suffix.lower()
+    with path.open("rb") as handle:
+        head = handle.read(9)
+    # Pickle protocol 2+ starts with PROTO (0x80) and the protocol number; torch.save's
+    # default format is a zip archive that holds a pickle.
+    pickle_magic = (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head[
+        :4
+    ] == b"PK\x03\x04"
+    if suffix in PICKLE_SUFFIXES:
+        return f"a {suffix} file (pickle format); loading it could run arbitrary code"
+    if suffix == ".safetensors":
+        # A safetensors file is an 8-byte header length then a JSON header: check that
+        # shape instead of the pickle magic, whose first bytes a header length can mimic.
+        if len(head) < 9 or head[8:9] != b"{":
+            return "not a safetensors file (bad header); it may be a renamed pickle"
+        return None
+    if suffix not in TEXT_SUFFIXES:
+        return f"a {suffix or 'suffix-less'} file; checkpoints hold only safetensors and JSON"
+    if pickle_magic:
+        return "pickle bytes inside a text-named file"
+    return None
+
+
+def verify_checkpoint(folder: Path) -> dict[str, Any]:
+    """Check the manifest and refuse pickles; every problem is reported together (R4)."""
+    folder = Path(folder)
+    manifest_path = folder / "MANIFEST.json"
+    if not manifest_path.is_file():
+        raise input_error(
+            str(manifest_path),
+            "no MANIFEST.json (an incomplete or foreign checkpoint)",
+            "resume from a complete step folder (see latest_checkpoint)",
+            title="checkpoint refused",
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        listed: dict[str, dict[str, Any]] = dict(manifest["files"])
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise input_error(
+            str(manifest_path),
+            f"an unreadable manifest ({type(exc).__name__})",
+            "resume from another checkpoint",
+            title="checkpoint refused",
+        ) from None
+    problems: list[Problem] = []
+    present = {
+        str(p.relative_to(folder)): p
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p != manifest_path
+    }
+    for name, path in present.items():
+        reason = unsafe_reason(path)
+        if reason:
+            problems.append(
+                Problem(str(path), reason, "delete it; never load files of unknown origin")
+            )
+        elif name not in listed:
+            problems.append(Problem(str(path), "a file not listed in MANIFEST.json", "remove it"))
+    for name, entry in listed.items():
+        path = folder / name
+        if name not in present:
+            problems.append(
+                Problem(
+                    str(path),
+                    "listed in MANIFEST.json but missing",
+                    "restore the file or resume from another checkpoint",
+                )
+            )
+        elif path.stat().st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
+            problems.append(
+                Problem(
+                    str(path),
+                    "sha256 differs from MANIFEST.json (corrupted or edited)",
+                    "resume from another checkpoint; never edit a checkpoint in place",
+                )
+            )
+    if problems:
+        raise InputError(problems, title=f"checkpoint {folder} refused")
+    return manifest
