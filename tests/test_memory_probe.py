@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tunepilot.measure import memory
+from tunepilot.measure import counters
 from tunepilot.measure.memory import MemoryProbe, is_out_of_memory
 
 MB = 1024**2
@@ -49,7 +49,7 @@ def test_s5_cpu_probe_tensors_column_comes_from_the_profiler() -> None:
 
 
 def test_s5_cpu_probe_says_when_the_peak_cannot_be_reset(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(memory, "CLEAR_REFS", tmp_path / "absent" / "clear_refs")
+    monkeypatch.setattr(counters, "CLEAR_REFS", tmp_path / "absent" / "clear_refs")
     probe = MemoryProbe.for_device("cpu")
     with probe.phase("load") as record:
         pass

@@ -355,9 +355,9 @@ def _controls(examples: list[Any]) -> list[Any]:
 
 def _peak_rss_bytes() -> int | None:
     """This process's peak RSS (VmHWM), reported back so the row can show the child's memory."""
-    from tunepilot.measure.memory import PROC_STATUS, _proc_status_bytes
+    from tunepilot.measure.counters import PROC_STATUS, proc_status_bytes
 
-    return _proc_status_bytes().get("VmHWM") if PROC_STATUS.is_file() else None
+    return proc_status_bytes().get("VmHWM") if PROC_STATUS.is_file() else None
 
 
 def child_main(spec_path: str) -> int:
