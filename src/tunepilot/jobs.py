@@ -225,31 +225,15 @@ def torchrun_command(
     return cmd
 
 
-def launch_torchrun(
-    campaign_path: Path | str,
-    nproc: int,
-    variant: str,
-    seed: int,
-    overrides: Sequence[str] = (),
-    extra_torchrun_args: Sequence[str] = (),
-    *,
-    strategy: str = "ddp",
-    run_id: str | None = None,
-    resume: bool = False,
-    stop_after: int | None = None,
-) -> int:
+def launch_torchrun(cmd: Sequence[str], nproc: int) -> int:
     """Run torchrun in the foreground (its output is the ranks' output); its exit code.
 
     On CPU each rank gets cores / nproc torch threads unless OMP_NUM_THREADS is set
     (torchrun alone would give every rank 1).
     """
-    cmd = torchrun_command(
-        campaign_path, nproc, variant, seed, overrides, extra_torchrun_args,
-        strategy=strategy, run_id=run_id, resume=resume, stop_after=stop_after,
-    )  # fmt: skip
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // nproc)))
-    return subprocess.run(cmd, env=env, check=False).returncode
+    return subprocess.run(list(cmd), env=env, check=False).returncode
 
 
 def run_distributed(
@@ -278,10 +262,11 @@ def run_distributed(
     _prepare(ws, campaign)
     with Ledger.open(ws.ledger_path) as ledger:
         run_id = ledger.new_run_id(variant, seed)
-    code = launch_torchrun(
+    cmd = torchrun_command(
         ws.campaign_file, nproc, variant, seed, ws.overrides, torchrun_args,
         strategy=strategy, run_id=run_id, stop_after=stop_after,
     )  # fmt: skip
+    code = launch_torchrun(cmd, nproc)
     return _settle(ws, run_id, code)
 
 
@@ -312,10 +297,11 @@ def resume_distributed(
             "and is another experiment (S7); start a new run from its weights instead",
             title="cannot resume on another world size",
         )  # fmt: skip
-    code = launch_torchrun(
+    cmd = torchrun_command(
         ws.campaign_file, world, row.variant, row.seed, ws.overrides, torchrun_args,
         strategy=strategy, run_id=run_id, resume=True, stop_after=stop_after,
     )  # fmt: skip
+    code = launch_torchrun(cmd, world)
     return _settle(ws, run_id, code)
 
 
