@@ -44,7 +44,7 @@ def _model(path: str, labels: list[str]):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForSequenceClassification
 
-    from tunepilot.base_model import quiet_transformers
+    from tunepilot.model.base import quiet_transformers
 
     with quiet_transformers():
         base = AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(labels))
@@ -60,8 +60,8 @@ def _model(path: str, labels: list[str]):
 
 def ours(path: str, tokenizer, texts, golds, labels) -> float:
     from tunepilot.campaign import TrainingSettings
-    from tunepilot.data.example import Example
     from tunepilot.tasks.classification import ClassificationEncoder
+    from tunepilot.tasks.example import Example
     from tunepilot.train.loop import train
     from tunepilot.train.rng import seed_everything
 

@@ -53,8 +53,8 @@ def main() -> None:
 
     import torch
 
+    from tunepilot.data.workspace import Workspace
     from tunepilot.pilot.flow import execute_pilot
-    from tunepilot.workspace import Workspace
 
     if args.threads:
         torch.set_num_threads(args.threads)

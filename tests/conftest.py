@@ -28,7 +28,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real 2-layer Llama + BPE tokenizer saved once per test session."""
-    from tunepilot.tiny import build_tiny_llama
+    from tunepilot.model.tiny import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
@@ -36,6 +36,6 @@ def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real 2-layer BERT encoder (no head) + BPE tokenizer saved once per test session."""
-    from tunepilot.tiny import build_tiny_bert
+    from tunepilot.model.tiny import build_tiny_bert
 
     return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))

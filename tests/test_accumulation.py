@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tunepilot.campaign import TrainingSettings
+from tunepilot.model.tiny import DEFAULT_CORPUS
 from tunepilot.tasks.base import IGNORE_INDEX, Encoded
-from tunepilot.tiny import DEFAULT_CORPUS
 from tunepilot.train.batching import UpdateSampler, collate, count_targets, summed_loss
 from tunepilot.train.loop import backward_update, train
 

@@ -15,8 +15,8 @@ from tunepilot.data.audit import (
     check_time_overlap,
     run_audit,
 )
-from tunepilot.data.example import Example
 from tunepilot.data.prepared import PreparedData, RuleCount
+from tunepilot.tasks.example import Example
 from tunepilot.verdict import Verdict
 
 PASS, WARN, FAIL = Verdict.PASS, Verdict.WARN, Verdict.FAIL
@@ -281,7 +281,7 @@ def test_label_mapping_runs_only_for_classification_with_a_model_map():
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    from tunepilot.tiny import train_tokenizer
+    from tunepilot.model.tiny import train_tokenizer
 
     return train_tokenizer(tmp_path_factory.mktemp("tok"))
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tunepilot.base_model import (
+from tunepilot.campaign import ModelSettings
+from tunepilot.errors import InputError
+from tunepilot.model.base import (
     ModelSource,
     load_tokenizer,
     resolve_source,
 )
-from tunepilot.campaign import ModelSettings
-from tunepilot.errors import InputError
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -12,9 +12,9 @@ import yaml
 
 from tunepilot.campaign import load_campaign, validate_mapping
 from tunepilot.campaign.checks import check_campaign
+from tunepilot.campaign.templates import TASKS, template_text
 from tunepilot.campaign.variants import setting_group, variant_campaign, variant_diff
 from tunepilot.errors import InputError
-from tunepilot.templates import TASKS, template_text
 
 MINIMAL = {
     "name": "t",

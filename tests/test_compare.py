@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tunepilot.compare import compare_command, compare_ledger
-from tunepilot.compare_stats import make_scorer, paired_bootstrap, pooled
+from tunepilot.data.workspace import Workspace
+from tunepilot.experiments.compare import compare_command, compare_ledger
+from tunepilot.experiments.compare_stats import make_scorer, paired_bootstrap, pooled
 from tunepilot.ledger import BASELINE, Ledger, Prediction
 from tunepilot.tasks.metrics import classification_metrics, extraction_metrics
 from tunepilot.verdict import Verdict
-from tunepilot.workspace import Workspace
 
 LABELS = ["refund", "delivery", "cancel"]
 GOLD = [LABELS[i % 3] for i in range(60)]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from tunepilot.campaign import validate_mapping
 from tunepilot.data.clean import clean, duplicate_key
-from tunepilot.data.example import Example
 from tunepilot.data.prepare import prepare_data
+from tunepilot.tasks.example import Example
 
 
 def ex(i: int, text: str, label: str | None = "a", **kw) -> Example:

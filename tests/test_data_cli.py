@@ -63,7 +63,7 @@ def cls_audit(cls_campaign: Path) -> tuple[subprocess.CompletedProcess, dict[str
     the data for real does (here `Workspace.prepare()`, as `baseline` or `run` would)."""
     result = cli("data", "audit", cls_campaign, "--json")
     assert not (cls_campaign.parent / "data" / "test_seal.json").exists()
-    from tunepilot.workspace import Workspace
+    from tunepilot.data.workspace import Workspace
 
     Workspace.open(cls_campaign).prepare()
     assert result.returncode in (0, 1), result.stderr

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from tunepilot.campaign import Fields, SplitPolicy, validate_mapping
-from tunepilot.data.example import Example
 from tunepilot.data.prepare import prepare_data
 from tunepilot.data.split import make_splits
 from tunepilot.errors import InputError
+from tunepilot.tasks.example import Example
 
 
 def examples(n: int, **kw) -> list[Example]:

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from tunepilot.campaign import SplitPolicy, validate_mapping
-from tunepilot.data.example import Example
 from tunepilot.data.prepare import prepare_data
 from tunepilot.data.version import data_version, examples_hash
+from tunepilot.tasks.example import Example
 
 ENCODING = {
     "model": "m",

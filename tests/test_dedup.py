@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tunepilot.data.clean import clean
 from tunepilot.data.dedup import build_index, exact_duplicates, lsh_bands, near_duplicates
-from tunepilot.data.example import Example
 from tunepilot.data.normalize import normalize_text
+from tunepilot.tasks.example import Example
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -152,7 +152,7 @@ def test_d2_d8_the_extraction_view_of_the_demo_has_the_same_properties(demo_root
 
 
 def test_the_shipped_classification_campaign_passes_the_leak_checks(tmp_path):
-    from tunepilot.templates import template_text
+    from tunepilot.campaign.templates import template_text
 
     write_demo_data(tmp_path / "data")
     c = validate_mapping(

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tunepilot.model.tiny import DEFAULT_CORPUS
 from tunepilot.tasks.base import IGNORE_INDEX
-from tunepilot.tiny import DEFAULT_CORPUS
 
 torch = pytest.importorskip("torch")
 
@@ -74,7 +74,7 @@ for name, strategy, stop_after, resume in spec["runs"]:
     line = json.dumps({"rank": ctx.rank, "run": name, "status": result.status}) + "\n"
     os.write(1, line.encode())  # one write: the ranks share the pipe, lines must not interleave
 distributed.shutdown(ctx)
-from tunepilot.train.worker import exit_now
+from tunepilot.experiments.worker import exit_now
 exit_now(0)
 """
 
@@ -330,11 +330,11 @@ SHORT = {
 
 
 def test_b3_launch_is_standalone_unless_rendezvous_flags_are_passed_through():
-    from tunepilot.jobs import torchrun_command
+    from tunepilot.experiments.jobs import torchrun_command
 
     cmd = torchrun_command("c.yaml", 2, "control", 1, ["training.lr=1e-4"], strategy="fsdp")
     assert cmd[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    tail = cmd[cmd.index("tunepilot.train.worker") + 1 :]
+    tail = cmd[cmd.index("tunepilot.experiments.worker") + 1 :]
     assert tail == ["c.yaml", "training.lr=1e-4", "--variant", "control", "--seed", "1",
                     "--strategy", "fsdp"]  # fmt: skip
     rendezvous = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv_endpoint", "host:29400"]
@@ -376,8 +376,8 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def single_run(campaign: Path) -> list[float]:
     """The same campaign in one process with accumulation 8: 16 examples per update."""
-    from tunepilot import run_flow
-    from tunepilot.workspace import Workspace
+    from tunepilot.data.workspace import Workspace
+    from tunepilot.experiments import flow as run_flow
 
     ws = Workspace.open(campaign, ["training.accumulation=8"])
     run_flow.run(ws, ["control"], "0", None, as_json=True)
@@ -389,9 +389,9 @@ def single_run(campaign: Path) -> list[float]:
 def test_b3_b4_s7_run_nproc_2_through_the_entry_points(campaign, single_run, strategy, capfd):
     import yaml
 
-    from tunepilot.jobs import run_distributed
+    from tunepilot.data.workspace import Workspace
+    from tunepilot.experiments.jobs import run_distributed
     from tunepilot.ledger import Ledger
-    from tunepilot.workspace import Workspace
 
     ws = Workspace.open(campaign)
     assert run_distributed(ws, "control", 0, 2, strategy) == 0
@@ -415,10 +415,10 @@ def test_b3_b4_s7_run_nproc_2_through_the_entry_points(campaign, single_run, str
 
 @pytest.mark.slow
 def test_r1_b4_resume_keeps_the_world_size_and_continues_the_curve(campaign):
+    from tunepilot.data.workspace import Workspace
     from tunepilot.errors import InputError
-    from tunepilot.jobs import resume_distributed, run_distributed
+    from tunepilot.experiments.jobs import resume_distributed, run_distributed
     from tunepilot.ledger import Ledger
-    from tunepilot.workspace import Workspace
 
     ws = Workspace.open(campaign)
     assert run_distributed(ws, "control", 0, 2, "fsdp") == 0

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from tunepilot.data.example import Example
 from tunepilot.errors import InputError
-from tunepilot.evaluate import evaluate
+from tunepilot.experiments.evaluate import evaluate
 from tunepilot.tasks.classification import ClassificationEncoder
+from tunepilot.tasks.example import Example
 from tunepilot.tasks.generation import GenerationEncoder
 
 LABELS = ["refund", "delivery", "cancel"]

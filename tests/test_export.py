@@ -41,7 +41,7 @@ def git_commit_all(folder: Path, message: str) -> str:
 
 def write_campaign(root: Path, task: str, method: str = "lora") -> Path:
     """A campaign folder with a git-versioned tiny base and 48 generated examples."""
-    from tunepilot.tiny import build_tiny_bert, build_tiny_llama
+    from tunepilot.model.tiny import build_tiny_bert, build_tiny_llama
 
     root.mkdir(parents=True, exist_ok=True)
     base = root / "base-model"
@@ -102,9 +102,9 @@ def write_campaign(root: Path, task: str, method: str = "lora") -> Path:
 
 def train_run(campaign_file: Path, stop_after: int | None = None) -> tuple[Any, str]:
     """Open the workspace and train the control for 2 updates; returns (workspace, run id)."""
+    from tunepilot.data.workspace import Workspace
+    from tunepilot.experiments.runner import Session, execute_run
     from tunepilot.ledger import Ledger
-    from tunepilot.runner import Session, execute_run
-    from tunepilot.workspace import Workspace
 
     ws = Workspace.open(campaign_file)
     with Ledger.open(ws.ledger_path) as ledger:
@@ -115,7 +115,7 @@ def train_run(campaign_file: Path, stop_after: int | None = None) -> tuple[Any, 
 
 
 def export_fresh(tmp_path_factory: pytest.TempPathFactory, task: str, method: str = "lora"):
-    from tunepilot.export import export_run
+    from tunepilot.deliver.export import export_run
 
     root = tmp_path_factory.mktemp(f"{task}-{method}")
     ws, run_id = train_run(write_campaign(root, task, method))
@@ -151,7 +151,7 @@ def test_p4_r3_adapter_bundle_holds_every_promised_file(classification_export) -
     assert not list(ws.exports_dir.glob(".tmp-*")), "the temporary folder was left behind"
     manifest = json.loads((bundle / "MANIFEST.json").read_text())["files"]
     assert set(manifest) == names - {"MANIFEST.json"}
-    from tunepilot.base_model import sha256_file
+    from tunepilot.model.base import sha256_file
 
     for name, entry in manifest.items():
         assert entry["sha256"] == sha256_file(bundle / name)
@@ -217,7 +217,7 @@ def test_r3_readme_has_the_plain_load_snippet_and_the_labels(classification_expo
 
 
 def test_r3_export_refuses_to_overwrite_an_existing_export(classification_export) -> None:
-    from tunepilot.export import export_run
+    from tunepilot.deliver.export import export_run
 
     ws, run_id, bundle = classification_export
     before = (bundle / "MANIFEST.json").read_bytes()
@@ -228,7 +228,7 @@ def test_r3_export_refuses_to_overwrite_an_existing_export(classification_export
 
 
 def test_r3_export_refuses_a_run_that_did_not_complete(tmp_path: Path) -> None:
-    from tunepilot.export import export_run
+    from tunepilot.deliver.export import export_run
 
     ws, run_id = train_run(write_campaign(tmp_path, "classification"), stop_after=1)
     with pytest.raises(InputError) as err:
@@ -238,8 +238,8 @@ def test_r3_export_refuses_a_run_that_did_not_complete(tmp_path: Path) -> None:
 
 
 def test_r2_controls_are_chosen_deterministically_across_labels() -> None:
-    from tunepilot.data.example import Example
-    from tunepilot.verify import choose_controls
+    from tunepilot.deliver.controls import choose_controls
+    from tunepilot.tasks.example import Example
 
     examples = [
         Example(id=f"e{i}", text="x", source="f:1", label="ab"[i % 5 == 0]) for i in range(40)

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from tunepilot.campaign import validate_mapping
-from tunepilot.data.example import Example
-from tunepilot.evaluate import evaluate
-from tunepilot.guards import check_guards
+from tunepilot.experiments.evaluate import evaluate
+from tunepilot.experiments.guards import check_guards
+from tunepilot.tasks.example import Example
 from tunepilot.tasks.generation import GenerationEncoder
 from tunepilot.tasks.metrics import extraction_metrics
 from tunepilot.verdict import Verdict
@@ -143,7 +143,7 @@ def memorised_model(tiny_llama_dir, tokenizer):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tunepilot.evaluate import pad_id_of
+    from tunepilot.experiments.evaluate import pad_id_of
     from tunepilot.tasks.base import IGNORE_INDEX
 
     torch.manual_seed(0)

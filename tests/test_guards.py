@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tunepilot.campaign import validate_mapping
-from tunepilot.guards import check_guards
+from tunepilot.experiments.guards import check_guards
 from tunepilot.tasks.metrics import extraction_metrics
 from tunepilot.verdict import Verdict
 

@@ -8,10 +8,10 @@ import json
 import pytest
 from rich.console import Console
 
-from tunepilot.data.example import Example
 from tunepilot.data.inspect import print_samples, render_samples, samples_to_json
 from tunepilot.errors import InputError
 from tunepilot.tasks.classification import ClassificationEncoder
+from tunepilot.tasks.example import Example
 from tunepilot.tasks.generation import GenerationEncoder
 
 TEMPLATE = "Text: {text}\nJSON: "

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tunepilot.data.workspace import Workspace
 from tunepilot.errors import InputError
-from tunepilot.jobs import job_command, job_slots, run_jobs
-from tunepilot.workspace import Workspace
+from tunepilot.experiments.jobs import job_command, job_slots, run_jobs
 
 SHORT = {
     "training.budget.updates": 6, "training.eval_every": 3, "training.microbatch": 2,
@@ -76,7 +76,7 @@ def _curve(run_dir: Path, key: str) -> list[float]:
 def test_v6_two_jobs_side_by_side_are_bit_identical_to_the_same_runs_alone(campaign: Path):
     import torch
 
-    from tunepilot import run_flow
+    from tunepilot.experiments import flow as run_flow
     from tunepilot.ledger import Ledger
 
     ws = Workspace.open(campaign)

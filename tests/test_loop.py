@@ -11,8 +11,8 @@ import pytest
 
 from tunepilot.campaign import TrainingSettings
 from tunepilot.errors import InputError
+from tunepilot.model.tiny import DEFAULT_CORPUS
 from tunepilot.tasks.base import IGNORE_INDEX, Encoded
-from tunepilot.tiny import DEFAULT_CORPUS
 from tunepilot.train.schedule import lr_at
 
 torch = pytest.importorskip("torch")

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from tunepilot.base_model import resolve_source
 from tunepilot.campaign import LoraSettings, ModelSettings
-from tunepilot.model import (
+from tunepilot.model.base import resolve_source
+from tunepilot.model.build import (
     SetupFailure,
     apply_method,
     check_new_head_trainable,
     enable_activation_checkpointing,
     load_model,
 )
-from tunepilot.params import trainable_report, update_audit
+from tunepilot.model.params import trainable_report, update_audit
 from tunepilot.verdict import Verdict
 
 LABELS = ["billing", "delivery", "refund"]
@@ -250,7 +250,7 @@ def test_s3_activation_checkpointing_keeps_lora_gradients(tiny_llama_dir: Path) 
 
 
 def test_d6_checkpoint_head_labels_are_recorded_and_a_reorder_noted(tmp_path: Path) -> None:
-    from tunepilot.tiny import build_tiny_bert
+    from tunepilot.model.tiny import build_tiny_bert
 
     folder = build_tiny_bert(
         tmp_path / "headed", with_head_labels=["refund", "billing", "delivery"]
@@ -263,7 +263,7 @@ def test_d6_checkpoint_head_labels_are_recorded_and_a_reorder_noted(tmp_path: Pa
 
 def test_p1_checkpoint_head_of_another_size_is_an_input_error(tmp_path: Path) -> None:
     from tunepilot.errors import InputError
-    from tunepilot.tiny import build_tiny_bert
+    from tunepilot.model.tiny import build_tiny_bert
 
     folder = build_tiny_bert(tmp_path / "two", with_head_labels=["a", "b"])
     with pytest.raises(InputError) as err:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tunepilot.base_model import load_tokenizer, resolve_source
 from tunepilot.campaign import LoraSettings, ModelSettings
-from tunepilot.model import apply_method, load_model
-from tunepilot.params import trainable_report, update_audit
+from tunepilot.model.base import load_tokenizer, resolve_source
+from tunepilot.model.build import apply_method, load_model
+from tunepilot.model.params import trainable_report, update_audit
 from tunepilot.verdict import Verdict
 
 pytestmark = pytest.mark.slow

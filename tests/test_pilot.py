@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tunepilot.data.workspace import Workspace
 from tunepilot.errors import InputError
 from tunepilot.pilot.flow import GATES, execute_pilot, new_pilot_folder, new_state, run_plan
 from tunepilot.pilot.phases import PilotHooks, run_gate
-from tunepilot.workspace import Workspace
 
 torch = pytest.importorskip("torch")
 
@@ -86,7 +86,7 @@ def test_s5_every_row_has_inputs_memory_duration_verdict_sentence_and_spec_ids(p
 
 def _train(pilot) -> list:
     from tunepilot.campaign.variants import CONTROL
-    from tunepilot.runner import Session, run_campaign_for
+    from tunepilot.experiments.runner import Session, run_campaign_for
 
     ws, _ = pilot
     return Session(ws).encoded(run_campaign_for(ws, CONTROL, 0)).train

@@ -41,9 +41,9 @@ def _passes(result) -> None:
 
 @pytest.mark.slow
 def test_s4_the_demo_campaign_on_minilm_passes_all_13_gates(tmp_path: Path) -> None:
+    from tunepilot.data.workspace import Workspace
     from tunepilot.demo.campaign import write_demo_campaign
     from tunepilot.pilot.flow import execute_pilot
-    from tunepilot.workspace import Workspace
 
     ws = Workspace.open(write_demo_campaign(tmp_path, "classification"))
     assert ws.campaign.model.name_or_path == "minilm"
@@ -58,8 +58,8 @@ def test_s4_the_demo_campaign_on_minilm_passes_all_13_gates(tmp_path: Path) -> N
 def test_s4_the_banking77_example_campaign_passes_all_13_gates(
     shared_data: Path, tmp_path: Path
 ) -> None:
+    from tunepilot.data.workspace import Workspace
     from tunepilot.pilot.flow import execute_pilot
-    from tunepilot.workspace import Workspace
 
     text = EXAMPLE.read_text(encoding="utf-8")
     assert "../../../shared/data/banking77/train.csv" in text  # resolves from examples/banking77

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tunepilot.data.workspace import Workspace
 from tunepilot.pilot.flow import GATES, new_pilot_folder, new_state
 from tunepilot.pilot.phases import PilotHooks, run_gate
-from tunepilot.workspace import Workspace
 
 torch = pytest.importorskip("torch")
 
@@ -65,7 +65,7 @@ def bert_from_mlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     `classifier`, so the random pooler would stay frozen (see tests/test_model.py)."""
     from transformers import BertConfig, BertForMaskedLM
 
-    from tunepilot.tiny import train_tokenizer
+    from tunepilot.model.tiny import train_tokenizer
 
     directory = tmp_path_factory.mktemp("bert-mlm")
     tok = train_tokenizer(directory)

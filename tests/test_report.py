@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tunepilot.data.workspace import Workspace
 from tunepilot.report.flow import report_command, write_report
 from tunepilot.report.html import SECTIONS
-from tunepilot.workspace import Workspace
 
 torch = pytest.importorskip("torch")
 
@@ -41,13 +41,13 @@ OVERRIDES = {
 def build_campaign(folder: Path, *, full: bool = False) -> Workspace:
     """audit -> baseline -> every variant x seed -> a retry -> note -> compare -> two test looks
     (-> pilot -> export -> verify when `full`), as a user would run them."""
-    from tunepilot import run_flow
-    from tunepilot.compare import compare_command
-    from tunepilot.data_flow import audit_workspace
+    from tunepilot.data.flow import audit_workspace
     from tunepilot.demo.campaign import write_demo_campaign
+    from tunepilot.experiments import flow as run_flow
+    from tunepilot.experiments.compare import compare_command
+    from tunepilot.experiments.runner import Session, execute_run
+    from tunepilot.experiments.sealed_test import final_test
     from tunepilot.ledger import Ledger
-    from tunepilot.runner import Session, execute_run
-    from tunepilot.sealed_test import final_test
 
     path = write_demo_campaign(
         folder, "classification", tiny=True, n_conversations=40, overrides=OVERRIDES
@@ -69,8 +69,8 @@ def build_campaign(folder: Path, *, full: bool = False) -> Workspace:
     final_test(ws, "control-s0-1", as_json=False)
     final_test(ws, "control-s1-1", as_json=False)  # a second look: H4 warns, the dossier too
     if full:
+        from tunepilot.deliver.verify import export_command, verify_command
         from tunepilot.pilot.flow import run_pilot
-        from tunepilot.verify import export_command, verify_command
 
         run_pilot(ws, as_json=False)
         export_command(ws, "control-s0-1", None, False)
@@ -253,7 +253,7 @@ def test_l4_open_hands_the_file_uri_to_the_system_browser(dossier, tmp_path: Pat
     script.write_text(f'#!/bin/sh\necho "$1" > {seen}\n', encoding="utf-8")
     script.chmod(0o755)
     code = (
-        "import sys; from tunepilot.workspace import Workspace; "
+        "import sys; from tunepilot.data.workspace import Workspace; "
         "from tunepilot.report.flow import report_command; "
         "sys.exit(report_command(Workspace.open(sys.argv[1]), True, False))"
     )

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tunepilot.model.tiny import DEFAULT_CORPUS
 from tunepilot.tasks.base import IGNORE_INDEX
-from tunepilot.tiny import DEFAULT_CORPUS
 
 torch = pytest.importorskip("torch")
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tunepilot import run_flow
+from tunepilot.data.workspace import Workspace
 from tunepilot.demo.campaign import write_demo_campaign
+from tunepilot.experiments import flow as run_flow
 from tunepilot.ledger import BASELINE, Ledger
-from tunepilot.workspace import Workspace
 
 SHORT = {
     "training.budget.updates": 6,

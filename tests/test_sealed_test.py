@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from test_sweep import write_sweep_campaign
+from tunepilot.data.workspace import Workspace
 from tunepilot.errors import InputError
+from tunepilot.experiments.sealed_test import final_test
 from tunepilot.ledger import BASELINE, Ledger
-from tunepilot.sealed_test import final_test
-from tunepilot.workspace import Workspace
 
 
 @pytest.fixture(scope="module")
 def trained_once(tmp_path_factory: pytest.TempPathFactory, tiny_bert_dir: Path) -> Path:
     """A campaign folder with one completed control run and one diverged run, trained once."""
-    from tunepilot.runner import Session, execute_run
+    from tunepilot.experiments.runner import Session, execute_run
 
     path = write_sweep_campaign(tmp_path_factory.mktemp("sealed") / "c", tiny_bert_dir)
     ws = Workspace.open(path)

@@ -7,8 +7,8 @@ from itertools import islice
 
 import pytest
 
-from tunepilot.data.example import Example
 from tunepilot.data.inspect import render_samples, samples_to_json
+from tunepilot.tasks.example import Example
 from tunepilot.tasks.generation import GenerationEncoder, check_loss_tokens
 from tunepilot.verdict import Verdict
 
@@ -17,7 +17,7 @@ TEMPLATE = "Extract the slots of this request as JSON.\nRequest: {text}\nJSON: "
 
 @pytest.mark.realdata
 def test_d5_snips_loss_positions_are_exactly_the_json_answer(shared_data, tmp_path):
-    from tunepilot.tiny import train_tokenizer
+    from tunepilot.model.tiny import train_tokenizer
 
     path = shared_data / "snips" / "train.jsonl"
     with path.open(encoding="utf-8") as fh:

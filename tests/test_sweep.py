@@ -11,9 +11,9 @@ import json
 import random
 from pathlib import Path
 
-from tunepilot.compare import compare_command
+from tunepilot.data.workspace import Workspace
+from tunepilot.experiments.compare import compare_command
 from tunepilot.ledger import Ledger
-from tunepilot.workspace import Workspace
 
 WORDS = {
     "refund": ["refund", "charged twice", "money back"],
@@ -66,7 +66,7 @@ seeds: [0, 1]
 def test_v3_v7_sweep_reports_diverged_and_interrupted_runs_with_reasons_and_decides(
     tmp_path: Path, tiny_bert_dir: Path, capsys
 ):
-    from tunepilot.runner import Session, execute_run, run_baseline
+    from tunepilot.experiments.runner import Session, execute_run, run_baseline
 
     ws = Workspace.open(write_sweep_campaign(tmp_path / "c", tiny_bert_dir))
     session = Session(ws)

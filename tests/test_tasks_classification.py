@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tunepilot.data.example import Example
 from tunepilot.errors import InputError
 from tunepilot.tasks.base import IGNORE_INDEX
 from tunepilot.tasks.classification import ClassificationEncoder
+from tunepilot.tasks.example import Example
 from tunepilot.tasks.metrics import classification_metrics
 
 LABELS = ["refund", "delivery", "cancel"]
@@ -94,7 +94,7 @@ def test_d3_real_bert_tokenizer_adds_cls_and_sep():
 
 
 def test_d1_describe_identifies_the_tokenizer_by_vocab_hash(tok, tmp_path):
-    from tunepilot.tiny import train_tokenizer
+    from tunepilot.model.tiny import train_tokenizer
 
     enc = ClassificationEncoder(tok, LABELS, max_length=32)
     d = enc.describe()

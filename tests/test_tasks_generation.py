@@ -7,11 +7,11 @@ import json
 import pytest
 
 from tunepilot.campaign import validate_mapping
-from tunepilot.data.example import Example
 from tunepilot.errors import InputError
 from tunepilot.tasks import make_encoder
 from tunepilot.tasks.base import IGNORE_INDEX
 from tunepilot.tasks.classification import ClassificationEncoder
+from tunepilot.tasks.example import Example
 from tunepilot.tasks.generation import GenerationEncoder, canonical_answer, check_loss_tokens
 from tunepilot.tasks.metrics import extraction_metrics, format_metrics, schema_errors
 from tunepilot.verdict import Verdict

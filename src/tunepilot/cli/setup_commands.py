@@ -86,8 +86,8 @@ def init(
     """
 
     def body() -> int:
+        from tunepilot.campaign.templates import write_template
         from tunepilot.console import console
-        from tunepilot.templates import write_template
 
         path = write_template(directory, task, force=force)
         console.print(f"wrote {path}\nnext: [bold]tunepilot validate {path}[/]")
@@ -116,7 +116,7 @@ def data_audit(
     """
 
     def body() -> int:
-        from tunepilot.data_flow import audit_workspace
+        from tunepilot.data.flow import audit_workspace
 
         return audit_workspace(open_workspace(args), as_json, not no_tokenizer)
 
@@ -140,7 +140,7 @@ def data_show(
     """
 
     def body() -> int:
-        from tunepilot.data_flow import show_workspace
+        from tunepilot.data.flow import show_workspace
 
         return show_workspace(open_workspace(args), split, n, per_class, as_json)
 

@@ -35,9 +35,9 @@ from tunepilot.data.audit_labels import (
 )
 from tunepilot.data.dedup import DuplicateGroup, NearPair, build_index, exact_duplicates
 from tunepilot.data.dedup import near_duplicates as find_near_duplicates
-from tunepilot.data.example import Splits
 from tunepilot.data.prepared import PreparedData, RuleCount
 from tunepilot.data.split import time_key
+from tunepilot.tasks.example import Splits
 from tunepilot.verdict import Finding, Verdict, worst
 
 NEAR_FAIL_SHARE = 0.05  # near copies in more than this share of an evaluation split: FAIL

@@ -8,8 +8,8 @@ from collections import Counter
 from typing import Any
 
 from tunepilot.campaign.schema import AuditSettings
-from tunepilot.data.example import SPLITS, Splits
 from tunepilot.errors import InputError
+from tunepilot.tasks.example import SPLITS, Splits
 from tunepilot.verdict import Finding, Verdict
 
 SHOWN = 5  # example ids named in a finding

@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from tunepilot.data.example import Example
 from tunepilot.data.normalize import normalize_text
 from tunepilot.data.prepared import RuleCount
+from tunepilot.tasks.example import Example
 
 EXAMPLE_IDS = 5
 _WHITESPACE = re.compile(r"\s+")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tunepilot.data.clean import duplicate_key
-from tunepilot.data.example import SPLITS, Splits
+from tunepilot.tasks.example import SPLITS, Splits
 
 _WORD = re.compile(r"\w+")
 _CHAR_GRAM = 3  # characters per shingle for texts with fewer words than the shingle size

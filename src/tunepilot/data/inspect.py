@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tunepilot.data.example import Example
 from tunepilot.errors import InputError, Problem
 from tunepilot.tasks.base import IGNORE_INDEX
+from tunepilot.tasks.example import Example
 
 NEWLINE, TAB, SPACE, SEPARATOR, SCISSORS = "⏎", "⇥", "␣", "|", "✂"
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from tunepilot.campaign import DataSettings
-from tunepilot.data.example import Example
 from tunepilot.data.readers import (
     Row,
     _decode_lines,
@@ -33,6 +32,7 @@ from tunepilot.data.readers import (
     detect_format,
 )
 from tunepilot.errors import ProblemList
+from tunepilot.tasks.example import Example
 
 
 def load_file(

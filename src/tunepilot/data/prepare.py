@@ -18,12 +18,12 @@ from typing import Any
 
 from tunepilot.campaign import Campaign, stable_hash
 from tunepilot.data.clean import clean
-from tunepilot.data.example import SPLITS, Example, Splits
 from tunepilot.data.load import load_file
 from tunepilot.data.prepared import PreparedData
 from tunepilot.data.split import SEAL_FILE, make_splits
 from tunepilot.data.version import data_version
 from tunepilot.errors import MAX_PROBLEMS, InputError, Problem
+from tunepilot.tasks.example import SPLITS, Example, Splits
 
 
 def prepare_data(

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunepilot.data.example import Splits
+from tunepilot.tasks.example import Splits
 
 
 @dataclass

@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from tunepilot.campaign import Fields, SplitPolicy
-from tunepilot.data.example import SPLITS, Example, Splits
 from tunepilot.errors import InputError, Problem, ProblemList
+from tunepilot.tasks.example import SPLITS, Example, Splits
 
 SEAL_FILE = "data/test_seal.json"
 _RESEAL_FIX = (

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tunepilot.campaign import stable_hash
-from tunepilot.data.example import Example
+from tunepilot.tasks.example import Example
 
 
 def examples_hash(examples: Sequence[Example]) -> str:

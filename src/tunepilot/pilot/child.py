@@ -13,7 +13,7 @@ weights. On CPU these must be exactly equal (the loop is deterministic there); o
 losses must agree within RESUME_GPU_RTOL, since some kernels are not bitwise reproducible.
 Both sides of the resume live in this one module so they cannot drift apart.
 
-Export: the resume run's trained model is exported with `tunepilot.export` and reloaded in a
+Export: the resume run's trained model is exported with `tunepilot.deliver.export` and reloaded in a
 new process, replaying control inputs for identical outputs.
 """
 
@@ -293,16 +293,16 @@ def resume_gate(state: PilotState) -> Outcome:
 
 
 def _export_functions() -> tuple[Any, Any] | str:
-    """(export_model, verify) from tunepilot.export and tunepilot.verify, or why not."""
+    """(export_model, verify) from tunepilot.deliver.export and .verify, or why not."""
     try:
-        from tunepilot.export import export_model
+        from tunepilot.deliver.export import export_model
     except ImportError as exc:
         return str(exc)
     try:
-        from tunepilot.verify import verify_bundle as verify
+        from tunepilot.deliver.verify import verify_bundle as verify
     except ImportError:
         try:
-            from tunepilot.export import verify_bundle_in_new_process as verify
+            from tunepilot.deliver.export import verify_bundle_in_new_process as verify
         except ImportError as exc:
             return str(exc)
     return export_model, verify
@@ -313,7 +313,7 @@ def export_gate(state: PilotState) -> Outcome:
     found = _export_functions()
     if isinstance(found, str):
         return Outcome(Verdict.FAIL, f"export module not available ({found}); the export and "
-                       "reload cannot be checked until tunepilot.export exists")  # fmt: skip
+                       "reload cannot be checked until tunepilot.deliver exists")  # fmt: skip
     export_model, verify = found
     model = state.trained_model if state.trained_model is not None else state.model
     control = _controls(state.prepared.splits["validation"])
@@ -342,7 +342,7 @@ def export_gate(state: PilotState) -> Outcome:
 def _controls(examples: list[Any]) -> list[Any]:
     """The same control inputs `tunepilot export` picks, when that chooser exists."""
     try:
-        from tunepilot.verify import choose_controls
+        from tunepilot.deliver.controls import choose_controls
     except ImportError:
         return examples[:CONTROL_EXAMPLES]
     return choose_controls(examples, CONTROL_EXAMPLES)
@@ -366,9 +366,9 @@ def child_main(spec_path: str) -> int:
 
     from tunepilot.campaign import TrainingSettings
     from tunepilot.campaign.variants import CONTROL
-    from tunepilot.runner import Session, run_campaign_for
+    from tunepilot.data.workspace import Workspace
+    from tunepilot.experiments.runner import Session, run_campaign_for
     from tunepilot.train.loop import train
-    from tunepilot.workspace import Workspace
 
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     torch.set_num_threads(int(spec["threads"]))

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tunepilot.campaign import stable_hash
+from tunepilot.data.workspace import Workspace
 from tunepilot.errors import input_error
 from tunepilot.measure.memory import MemoryProbe
 from tunepilot.pilot.child import export_gate, overfit_gate, resume_gate
@@ -45,7 +46,6 @@ from tunepilot.pilot.gates import (
 from tunepilot.pilot.phases import Gate, GateRow, PilotHooks, PilotState, gate_table, run_gate
 from tunepilot.pilot.stale import environment_gate, measured_card
 from tunepilot.verdict import Verdict
-from tunepilot.workspace import Workspace
 
 GATES = (
     Gate(1, "environment", "B1, B2, L2", environment_gate),
@@ -107,7 +107,7 @@ def new_state(
     import torch
 
     from tunepilot.campaign.variants import CONTROL
-    from tunepilot.runner import run_campaign_for
+    from tunepilot.experiments.runner import run_campaign_for
 
     seed = ws.campaign.seeds[0] if ws.campaign.seeds else ws.campaign.training.seed
     cuda = torch.cuda.is_available()
@@ -219,8 +219,8 @@ def run_plan(ws: Workspace, *, gpu: str | None, as_json: bool, catalog: Path | N
     """`tunepilot plan`: the selection sheet (L1) and rental plan (L3) from the latest pilot's
     measurements and a freshly measured memory grid; rewrites its sizing.json and plan.md."""
     from tunepilot.console import console, print_json
-    from tunepilot.params import trainable_report
-    from tunepilot.runner import Session
+    from tunepilot.experiments.runner import Session
+    from tunepilot.model.params import trainable_report
 
     folder = latest_pilot(ws)
     payload = json.loads((folder / "gates.json").read_text(encoding="utf-8"))

@@ -108,8 +108,8 @@ def train_update(
 
 def data_gate(state: PilotState) -> Outcome:
     """Gate 2: the audit's verdicts (leakage, duplicates, truncation, label mapping, D2-D8)."""
-    from tunepilot.data_flow import audit_findings
-    from tunepilot.runner import Session
+    from tunepilot.data.flow import audit_findings
+    from tunepilot.experiments.runner import Session
 
     prepared, findings = audit_findings(state.ws)
     state.prepared, state.audit = prepared, findings
@@ -161,8 +161,8 @@ def inspect_gate(state: PilotState) -> Outcome:
 
 def load_gate(state: PilotState) -> Outcome:
     """Gate 4: base + head + method with the set-up checks (P1, P2); memory and time."""
-    from tunepilot.model import enable_activation_checkpointing
-    from tunepilot.params import trainable_report
+    from tunepilot.model.build import enable_activation_checkpointing
+    from tunepilot.model.params import trainable_report
 
     model = state.session.build_model(state.campaign, state.seed)  # SetupFailure -> FAIL
     notes: list[str] = []
@@ -184,7 +184,7 @@ def load_gate(state: PilotState) -> Outcome:
 
 def update_audit_gate(state: PilotState) -> Outcome:
     """Gate 5: two real updates on a real batch change exactly the trainable tensors (P3)."""
-    from tunepilot.params import update_audit
+    from tunepilot.model.params import update_audit
     from tunepilot.train.batching import UpdateSampler, collate, count_targets, summed_loss
 
     t, data, kind = state.training, state.encoded.train, state.kind

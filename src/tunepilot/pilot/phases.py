@@ -37,7 +37,7 @@ from tunepilot.verdict import Verdict
 
 if TYPE_CHECKING:
     from tunepilot.campaign import Campaign
-    from tunepilot.workspace import Workspace
+    from tunepilot.data.workspace import Workspace
 
 
 @dataclass
@@ -200,7 +200,7 @@ def _blocks(state: PilotState, row: GateRow | None) -> bool:
 
 def _failure(state: PilotState, gate: Gate, exc: BaseException, inputs: dict[str, Any]) -> Outcome:
     """The FAIL outcome of a gate that raised: out of memory, set-up, input, or anything else."""
-    from tunepilot.model import SetupFailure
+    from tunepilot.model.build import SetupFailure
 
     shape = dict(state.shape)  # what the gate was running when it raised
     inputs = {**inputs, **shape}

@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tunepilot.data.workspace import Workspace
 from tunepilot.report.limits import observed_limits
-from tunepilot.workspace import Workspace
 
 HEADLINES = {
     "classification": ("macro_f1", "accuracy"),
@@ -367,7 +367,7 @@ def _best_variant(cmp: dict[str, Any], means: dict[str, Any]) -> str | None:
 
 
 def _exports(ws: Workspace, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from tunepilot.verify import verification_path
+    from tunepilot.deliver.verify import verification_path
 
     if not ws.exports_dir.is_dir():
         return []

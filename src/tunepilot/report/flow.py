@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tunepilot.workspace import Workspace
+from tunepilot.data.workspace import Workspace
 
 REPORT_FILE = "index.html"
 

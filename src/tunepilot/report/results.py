@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunepilot.report import charts
-from tunepilot.report.html import badge, code, dl, e, missing, num, prose, run_colours, table
+from tunepilot.report.elements import badge, code, dl, e, missing, num, prose, run_colours, table
 from tunepilot.report.sections import ROW_CLASS, decision, headlines
 
 

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from tunepilot.measure.memory import human_bytes
-from tunepilot.report.html import (
+from tunepilot.report.elements import (
     badge,
     code,
     dl,

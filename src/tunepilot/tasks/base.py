@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tunepilot.data.example import Example
+from tunepilot.tasks.example import Example
 
 IGNORE_INDEX = -100
 """Label value for token positions that carry no loss (the PyTorch / transformers convention)."""

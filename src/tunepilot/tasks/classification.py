@@ -13,9 +13,9 @@ import json
 from typing import Any
 
 from tunepilot.campaign import stable_hash
-from tunepilot.data.example import Example
 from tunepilot.errors import InputError, Problem
 from tunepilot.tasks.base import Encoded
+from tunepilot.tasks.example import Example
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:

@@ -14,10 +14,10 @@ import string
 from typing import Any, Literal
 
 from tunepilot.campaign import stable_hash
-from tunepilot.data.example import Example
 from tunepilot.errors import InputError, Problem
 from tunepilot.tasks.base import IGNORE_INDEX, Encoded
 from tunepilot.tasks.classification import _value_text, tokenizer_identity
+from tunepilot.tasks.example import Example
 from tunepilot.verdict import Finding, Verdict
 
 

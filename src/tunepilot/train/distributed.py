@@ -83,7 +83,7 @@ def init_process_group_from_env(backend: str | None = None) -> DistContext:
             "environment",
             f"{', '.join(missing)} not set: this entry point is started by torchrun",
             "launch it with `tunepilot run --nproc N`, or "
-            "`torchrun --nproc_per_node N -m tunepilot.train.worker ...`",
+            "`torchrun --nproc_per_node N -m tunepilot.experiments.worker ...`",
             title="not inside torchrun",
         )
     import torch

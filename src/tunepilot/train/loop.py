@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from tunepilot.errors import input_error
-from tunepilot.model import enable_activation_checkpointing
+from tunepilot.model.build import enable_activation_checkpointing
 from tunepilot.tasks.base import Encoded
 from tunepilot.train import rng
 from tunepilot.train.arithmetic import UpdatePlan, plan_updates

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tunepilot.base_model import sha256_file
 from tunepilot.errors import InputError, Problem, input_error
+from tunepilot.model.base import sha256_file
 
 FORMAT = "tunepilot-checkpoint/1"
 PICKLE_SUFFIXES = {".pkl", ".pickle", ".pt", ".pth", ".bin", ".ckpt", ".joblib", ".npy"}

@@ -3,7 +3,7 @@
     tunepilot run campaign.yaml --variant control --seeds 0 --nproc 2 [--strategy fsdp]
       -> jobs.run_distributed: checks the input, prepares the data once, reserves the run id
       -> python -m torch.distributed.run --standalone --nproc_per_node 2
-             -m tunepilot.train.worker campaign.yaml --variant control --seed 0 --run-id ID ...
+             -m tunepilot.experiments.worker campaign.yaml --variant control --seed 0 --run-id ID
 
 Every rank builds the same session and model (same seed), wraps it (DDP or FSDP2) and runs
 the one loop (`loop.train`) on its share of each update. Rank 0 alone talks to the ledger and
@@ -32,8 +32,9 @@ from typing import Any
 
 from tunepilot.campaign import Campaign
 from tunepilot.campaign.variants import CONTROL, variant_diff
+from tunepilot.data.workspace import Workspace
 from tunepilot.errors import InputError, input_error
-from tunepilot.runner import (
+from tunepilot.experiments.runner import (
     LEDGER_STATUS,
     RunOutcome,
     Session,
@@ -55,7 +56,6 @@ from tunepilot.train.distributed import (
     shutdown,
     wrap_model,
 )
-from tunepilot.workspace import Workspace
 
 
 def distributed_campaign(
@@ -223,8 +223,8 @@ def _record_sigterm() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m tunepilot.train.worker CAMPAIGN [key=value ...] --variant V --seed S ...`."""
-    parser = argparse.ArgumentParser(prog="tunepilot.train.worker", description=__doc__)
+    """`python -m tunepilot.experiments.worker CAMPAIGN [key=value ...] --variant V --seed S`."""
+    parser = argparse.ArgumentParser(prog="tunepilot.experiments.worker", description=__doc__)
     parser.add_argument("campaign")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     parser.add_argument("--variant", default=CONTROL)

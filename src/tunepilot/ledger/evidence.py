@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tunepilot.errors import input_error
-from tunepilot.ledger_schema import (
+from tunepilot.ledger.schema import (
     SPLITS,
     CurvePoint,
     Evaluation,

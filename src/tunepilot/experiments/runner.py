@@ -20,8 +20,8 @@ import yaml
 
 from tunepilot.campaign import Campaign
 from tunepilot.campaign.variants import CONTROL, variant_campaign, variant_diff
-from tunepilot.evaluate import pad_id_of
-from tunepilot.workspace import Workspace
+from tunepilot.data.workspace import Workspace
+from tunepilot.experiments.evaluate import pad_id_of
 
 # How the loop's end states are recorded in the ledger (V3: every end has a reason).
 LEDGER_STATUS = {
@@ -81,7 +81,7 @@ class Session:
 
     def build_model(self, campaign: Campaign, seed: int) -> Any:
         """Base + head + method, initialised from `seed` so a run is reproducible from its id."""
-        from tunepilot.model import apply_method, load_model
+        from tunepilot.model.build import apply_method, load_model
         from tunepilot.train.rng import seed_everything
 
         encoded = self.encoded(campaign)
@@ -95,7 +95,7 @@ class Session:
 
     def evaluate(self, model: Any, campaign: Campaign, examples: list[Any] | None = None) -> Any:
         """The one evaluation procedure (V2) on the validation split unless told otherwise."""
-        from tunepilot.evaluate import evaluate
+        from tunepilot.experiments.evaluate import evaluate
 
         encoded = self.encoded(campaign)
         split = examples if examples is not None else encoded.prepared.splits["validation"]

@@ -13,7 +13,8 @@ TASKS = ("classification", "extraction", "format")
 def template_text(task: str) -> str:
     if task not in TASKS:
         raise input_error("--task", f"unknown task `{task}`", f"use one of {', '.join(TASKS)}")
-    return files("tunepilot.templates").joinpath(f"{task}.yaml").read_text(encoding="utf-8")
+    folder = files("tunepilot.campaign.templates")
+    return folder.joinpath(f"{task}.yaml").read_text(encoding="utf-8")
 
 
 def write_template(directory: Path, task: str, force: bool = False) -> Path:

@@ -30,12 +30,12 @@ from typing import Any
 
 import yaml
 
-from tunepilot.bundle_check import FORMAT, MANIFEST, unsafe_reason
 from tunepilot.campaign import Campaign
-from tunepilot.data.example import Example
+from tunepilot.data.workspace import Workspace
+from tunepilot.deliver.bundle_check import FORMAT, MANIFEST, unsafe_reason
 from tunepilot.errors import input_error
+from tunepilot.tasks.example import Example
 from tunepilot.train.manifest import write_manifest
-from tunepilot.workspace import Workspace
 
 _AUTO_CLASS = {
     "classification": "AutoModelForSequenceClassification",
@@ -97,8 +97,8 @@ def export_model(
     `extra_files` maps a file name to its content: `.json` names are written as JSON, `.md`,
     `.txt` and `.yaml` names as text (e.g. {"comparison.json": {...}}).
     """
+    from tunepilot.deliver.controls import compute_controls
     from tunepilot.measure.env import fingerprint
-    from tunepilot.verify import compute_controls
 
     out_dir = Path(out_dir).resolve()
     _refuse_existing(out_dir)
@@ -256,9 +256,10 @@ The base is {base_note}. The adapter only works on that exact base: its weight f
 
 ## Check it
 
-`tunepilot verify {out_dir}` (or `python -P -m tunepilot.bundle_check {out_dir}`) checks every
-file against `MANIFEST.json`, refuses pickles, loads the bundle in a new process with plain
-transformers + peft and replays the {len(controls["inputs"])} control inputs of `control.json`.
+`tunepilot verify {out_dir}` (or `python -P -m tunepilot.deliver.bundle_check {out_dir}`) checks
+every file against `MANIFEST.json`, refuses pickles, loads the bundle in a new process with
+plain transformers + peft and replays the {len(controls["inputs"])} control inputs of
+`control.json`.
 
 ## Results
 
@@ -281,9 +282,9 @@ control inputs and outputs · `MANIFEST.json` sha256 of every file.
 
 def export_run(ws: Workspace, run_id: str, out: Path | None = None) -> Path:
     """Export a completed run's latest checkpoint to `out` (default exports/<run-id>)."""
+    from tunepilot.deliver.controls import choose_controls
+    from tunepilot.experiments.runner import Session, load_trained_model
     from tunepilot.ledger import Ledger
-    from tunepilot.runner import Session, load_trained_model
-    from tunepilot.verify import choose_controls
 
     out_dir = Path(out) if out is not None else ws.exports_dir / run_id
     _refuse_existing(out_dir.resolve())
@@ -340,3 +341,19 @@ def export_run(ws: Workspace, run_id: str, out: Path | None = None) -> Path:
         run_id=run_id,
         extra_files={"run.json": run_info},
     )
+
+
+def export_command(ws: Workspace, run_id: str, out: Path | None, as_json: bool) -> int:
+    """Body of `tunepilot export RUN [CAMPAIGN] [--out DIR] [--json]`."""
+    from tunepilot.console import console, print_json
+
+    folder = export_run(ws, run_id, out)
+    manifest = json.loads((folder / "MANIFEST.json").read_text(encoding="utf-8"))
+    if as_json:
+        print_json({"run_id": run_id, "bundle": str(folder), "files": manifest["files"]})
+    else:
+        console.print(
+            f"exported {run_id} to [bold]{folder}[/] ({len(manifest['files'])} files, "
+            f"sha256 in MANIFEST.json); check it with `tunepilot verify {folder}`"
+        )
+    return 0

@@ -8,7 +8,7 @@
   (peft stays silent when another pattern matches), and a new head left frozen (random logits
   forever, while the loss still goes down a little through the adapters).
 
-What trains and whether exactly that moves (P2, P3) lives in `tunepilot.params`.
+What trains and whether exactly that moves (P2, P3) lives in `tunepilot.model.params`.
 
 torch, transformers and peft are imported inside the functions: only commands that train
 import this module's heavy side.
@@ -21,9 +21,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tunepilot.base_model import ModelSource, quiet_transformers
 from tunepilot.campaign import ModelSettings
 from tunepilot.errors import InputError, Problem
+from tunepilot.model.base import ModelSource, quiet_transformers
 from tunepilot.verdict import Finding, Verdict
 
 ModelKind = Literal["classification", "causal_lm"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunepilot.campaign.variants import variant_names
+from tunepilot.campaign.variants import parse_seeds, variant_names
+from tunepilot.data.workspace import Workspace
 from tunepilot.errors import input_error
-from tunepilot.workspace import Workspace
 
 
 def _open_ledger(ws: Workspace) -> Any:
@@ -67,19 +67,9 @@ def amend(ws: Workspace, reason: str) -> int:
     return 0
 
 
-def parse_seeds(text: str | None, default: list[int]) -> list[int]:
-    if not text:
-        return list(default)
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise input_error("--seeds", f"`{text}` is not a comma-separated list of integers",
-                          "write e.g. --seeds 0,1,2") from None
-
-
 def baseline(ws: Workspace, as_json: bool) -> int:
     from tunepilot.console import console, print_json
-    from tunepilot.runner import Session, run_baseline
+    from tunepilot.experiments.runner import Session, run_baseline
 
     with _open_ledger(ws) as ledger:
         result = run_baseline(Session(ws), ledger)
@@ -96,7 +86,7 @@ def run_any(ws: Workspace, variants: list[str] | None, seeds: str | None,
             strategy: str | None = None, jobs: int | None = None,
             torchrun_args: list[str] | None = None, retry_of: str | None = None) -> int:
     """Route `tunepilot run`: side-by-side jobs, torchrun replicas (B3, B4), or in-process."""
-    from tunepilot import jobs as jobs_module
+    from tunepilot.experiments import jobs as jobs_module
 
     if retry_of:
         return retry(ws, retry_of, stop_after, as_json)
@@ -121,7 +111,7 @@ def run_any(ws: Workspace, variants: list[str] | None, seeds: str | None,
 def resume_any(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool,
                nproc: int | None = None, torchrun_args: list[str] | None = None) -> int:
     """A run that trained with replicas resumes with the same strategy and world size."""
-    from tunepilot.jobs import distributed_settings_of, resume_distributed
+    from tunepilot.experiments.jobs import distributed_settings_of, resume_distributed
 
     if distributed_settings_of(ws.runs_dir / run_id) is not None:
         return resume_distributed(ws, run_id, nproc, torchrun_args=torchrun_args or (),
@@ -132,7 +122,7 @@ def resume_any(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool
 def retry(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool) -> int:
     """A new attempt at a run: a new id whose retry_of names it; the original keeps its line."""
     from tunepilot.console import console, print_json
-    from tunepilot.runner import Session, execute_run
+    from tunepilot.experiments.runner import Session, execute_run
 
     with _open_ledger(ws) as ledger:
         original = ledger.get_run(run_id)
@@ -150,7 +140,7 @@ def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after
         as_json: bool) -> int:
     """Variants x seeds, one after the other; a failure is recorded and the sweep goes on."""
     from tunepilot.console import console, print_json
-    from tunepilot.runner import Session, execute_run
+    from tunepilot.experiments.runner import Session, execute_run
 
     names = variants or variant_names(ws.campaign)
     unknown = [v for v in names if v not in variant_names(ws.campaign)]
@@ -174,7 +164,7 @@ def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after
 
 def resume(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool) -> int:
     from tunepilot.console import console, print_json
-    from tunepilot.runner import Session, execute_run
+    from tunepilot.experiments.runner import Session, execute_run
 
     with _open_ledger(ws) as ledger:
         outcome = execute_run(Session(ws), ledger, resume_run_id=run_id, stop_after=stop_after)

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tunepilot.errors import input_error
-from tunepilot.ledger_schema import DeadRun, StatusChange, utc_now
+from tunepilot.ledger.schema import DeadRun, StatusChange, utc_now
 
 T = TypeVar("T")
 

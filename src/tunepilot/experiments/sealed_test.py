@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunepilot.data.workspace import Workspace
 from tunepilot.errors import input_error
-from tunepilot.workspace import Workspace
 
 H4_WARNING = (
     "the test split has been looked at {n} times; each look used to choose erodes its value (H4)"
@@ -55,8 +55,8 @@ def final_test(ws: Workspace, run_id: str, as_json: bool) -> int:
 def _look(ws: Workspace, ledger: Any, run_id: str, row: Any) -> dict[str, Any]:
     """Build the model, count the look, then evaluate the test split and record it."""
     from tunepilot.campaign import stable_hash
-    from tunepilot.evaluate import eval_config
-    from tunepilot.runner import Session, load_trained_model, predictions_from_rows
+    from tunepilot.experiments.evaluate import eval_config
+    from tunepilot.experiments.runner import Session, load_trained_model, predictions_from_rows
 
     session = Session(ws)
     if row is None:  # the baseline: the starting model, built as `tunepilot baseline` built it
@@ -155,8 +155,8 @@ def _refuse(earlier: list[Any], as_json: bool) -> int:
 def _print(outcome: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from tunepilot.compare import HEADLINES
     from tunepilot.console import console
+    from tunepilot.experiments.compare import HEADLINES
 
     m = outcome["metrics"]
     table = Table(title=f"sealed test (H4): {outcome['run']}, look {outcome['look']}")

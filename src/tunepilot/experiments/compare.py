@@ -23,8 +23,14 @@ from typing import Any
 
 from tunepilot.campaign import Campaign
 from tunepilot.campaign.variants import CONTROL
-from tunepilot.compare_stats import LEVEL, RESAMPLES, make_scorer, paired_bootstrap, pooled
-from tunepilot.guards import check_guards
+from tunepilot.experiments.compare_stats import (
+    LEVEL,
+    RESAMPLES,
+    make_scorer,
+    paired_bootstrap,
+    pooled,
+)
+from tunepilot.experiments.guards import check_guards
 from tunepilot.verdict import Finding, Verdict
 
 HEADLINES = {

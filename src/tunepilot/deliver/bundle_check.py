@@ -1,7 +1,7 @@
 """The reload check's child process (R2, R4): a bundle loaded the way a colleague would load it.
 
-Run as `python -P -m tunepilot.bundle_check DIR [--base FOLDER]`; it prints one JSON object on
-stdout (`findings`, plus the tunepilot modules this process imported). `tunepilot verify`
+Run as `python -P -m tunepilot.deliver.bundle_check DIR [--base FOLDER]`; it prints one JSON
+object on stdout (`findings`, plus the tunepilot modules this process imported). `tunepilot verify`
 starts it in a fresh interpreter, so nothing in memory from training can make a broken bundle
 look good.
 

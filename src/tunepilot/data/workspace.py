@@ -78,13 +78,13 @@ class Workspace:
 
     @cached_property
     def model_source(self) -> Any:
-        from tunepilot.base_model import resolve_source
+        from tunepilot.model.base import resolve_source
 
         return resolve_source(self.campaign.model, root=self.root)
 
     @cached_property
     def tokenizer(self) -> Any:
-        from tunepilot.base_model import load_tokenizer
+        from tunepilot.model.base import load_tokenizer
 
         return load_tokenizer(self.model_source, self.campaign.model.trust_remote_code)
 

@@ -3,7 +3,7 @@
 Two ways to use several processes, for two different purposes:
 
 * `tunepilot run --nproc N [--strategy ddp|fsdp]` (B3, B4, S7): ONE run whose updates are
-  split over N data replicas. torchrun starts N copies of `tunepilot.train.worker`; the
+  split over N data replicas. torchrun starts N copies of `tunepilot.experiments.worker`; the
   examples per update become microbatch x accumulation x N, printed and recorded.
 * `tunepilot run --jobs N` (V1-V6): N *independent* runs (variant x seed) at once, each an
   ordinary `tunepilot run` child process: one per GPU (CUDA_VISIBLE_DEVICES) on a multi-GPU
@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from tunepilot.campaign import Campaign
-from tunepilot.campaign.variants import variant_names
+from tunepilot.campaign.variants import parse_seeds, variant_names
+from tunepilot.data.workspace import Workspace
 from tunepilot.errors import input_error
 from tunepilot.train.distributed import STRATEGIES
-from tunepilot.workspace import Workspace
 
 _RENDEZVOUS_FLAGS = ("--nnodes", "--rdzv", "--master", "--node", "--standalone")
 _POLL_S = 0.2
@@ -113,7 +113,6 @@ def run_jobs(
     """
     from tunepilot.console import console
     from tunepilot.ledger import Ledger
-    from tunepilot.run_flow import parse_seeds
 
     names = variants or variant_names(ws.campaign)
     unknown = [v for v in names if v not in variant_names(ws.campaign)]
@@ -217,7 +216,7 @@ def torchrun_command(
     cmd = [sys.executable, "-m", "torch.distributed.run"]
     cmd += [] if rendezvous else ["--standalone"]
     cmd += ["--nproc_per_node", str(nproc), *extra_torchrun_args]
-    cmd += ["-m", "tunepilot.train.worker", str(campaign_path), *overrides]
+    cmd += ["-m", "tunepilot.experiments.worker", str(campaign_path), *overrides]
     cmd += ["--variant", variant, "--seed", str(seed), "--strategy", strategy]
     cmd += ["--run-id", run_id] if run_id else []
     cmd += ["--resume"] if resume else []
@@ -251,8 +250,8 @@ def run_distributed(
     Defaults come from `training.distributed` (strategy "none" means ddp here). Bad input is
     refused here, before any process starts; a run whose ranks crashed is marked failed.
     """
+    from tunepilot.experiments.worker import distributed_campaign
     from tunepilot.ledger import Ledger
-    from tunepilot.train.worker import distributed_campaign
 
     nproc, strategy = _choose(ws, nproc, strategy)
     if variant not in variant_names(ws.campaign):

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tunepilot.data.workspace import Workspace
 from tunepilot.verdict import Finding, exit_code
-from tunepilot.workspace import Workspace
 
 
 def audit_findings(ws: Workspace, with_tokenizer: bool = True) -> tuple[Any, list[Finding]]:

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunepilot.campaign import stable_hash
-from tunepilot.data.example import Example
 from tunepilot.errors import InputError, Problem
 from tunepilot.tasks.base import IGNORE_INDEX
+from tunepilot.tasks.example import Example
 from tunepilot.tasks.metrics import classification_metrics, extraction_metrics, format_metrics
 
 PROCEDURE_VERSION = 1

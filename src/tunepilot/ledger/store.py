@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tunepilot.errors import input_error
-from tunepilot.ledger_evidence import EvidenceRecords
-from tunepilot.ledger_liveness import RunLiveness
-from tunepilot.ledger_schema import (
+from tunepilot.ledger.evidence import EvidenceRecords
+from tunepilot.ledger.liveness import RunLiveness
+from tunepilot.ledger.schema import (
     BASELINE,
     DEFAULT_REASON,
     MIGRATIONS,
