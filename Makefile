@@ -26,6 +26,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest
 
 test-slow: $(STAMP)

@@ -121,7 +121,7 @@ def test_v3_four_processes_writing_at_once_lose_nothing_and_never_share_an_id(tm
 def test_v3_a_writer_that_outwaits_the_busy_timeout_retries_instead_of_failing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    import tunepilot.ledger as ledger_module
+    import tunepilot.ledger.store as ledger_module
 
     monkeypatch.setattr(ledger_module, "BUSY_TIMEOUT_S", 0.02)  # SQLite gives up fast ...
     with Ledger.open(tmp_path) as led:

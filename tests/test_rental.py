@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tunepilot.errors import InputError
-from tunepilot.pilot.rental import plan_markdown, plan_rental
+from tunepilot.sizing.rental import plan_markdown, plan_rental
 
 
 def _plan(**overrides):

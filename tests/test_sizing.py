@@ -11,8 +11,8 @@ import pytest
 
 from tunepilot.errors import InputError
 from tunepilot.measure.memory import MemoryProbe
-from tunepilot.pilot.catalog import GIB, load_catalog, speed_ratio
-from tunepilot.pilot.sizing import (
+from tunepilot.sizing.catalog import GIB, load_catalog, speed_ratio
+from tunepilot.sizing.sheet import (
     CHECKPOINTING_KEEPS,
     DEFAULT_OVERHEAD_BYTES,
     MemoryModel,

@@ -24,9 +24,10 @@ from tunepilot.errors import input_error
 from tunepilot.verdict import Finding, Verdict
 
 CHECK_MODULE = "tunepilot.deliver.bundle_check"
-CHILD_TUNEPILOT_MODULES = {"tunepilot", CHECK_MODULE}
-"""The only tunepilot modules the child may import: the package root (a version string) and
-the checker, which uses the standard library, transformers, peft, safetensors and torch."""
+CHILD_TUNEPILOT_MODULES = {"tunepilot", "tunepilot.deliver", CHECK_MODULE}
+"""The only tunepilot modules the child may import: the package roots (a version string, a
+docstring) and the checker, which uses the standard library, transformers, peft, safetensors
+and torch."""
 DEFAULT_TIMEOUT_S = 900.0
 def run_bundle_check(
     bundle_dir: Path, base: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S

@@ -1,11 +1,11 @@
-"""The pilot (S1, S4-S7, L1-L3): every operation of the campaign once, before paying for a GPU.
+"""The pilot (S1, S4-S7, B1, L2): every operation of the campaign once, before paying for a GPU.
 
-- `gates.py`: the phases in order, each a PASS / WARN / FAIL row with memory and time.
-- `sizing.py`: the bytes model, the fitted memory model, the updates arithmetic and the
-  selection sheet with a fit verdict per catalog card.
-- `rental.py`: hours per phase and the smallest 3-, 7- or 30-day package that fits.
-- `catalog.py`: the editable GPU catalog those two read.
+    gates.py   the 13 phases in order, each a PASS / WARN / FAIL row with memory and time
+    phases.py  what each phase runs (the real loop, checkpoint, evaluation, export)
+    child.py   the resume and reload phases, in a new process
+    stale.py   a changed platform fingerprint makes earlier pilots STALE (B1)
+    flow.py    the bodies of `tunepilot pilot` and `tunepilot plan`
 
-Importing this package imports nothing heavy; the memory probe lives in
-`tunepilot.measure.memory` so the training loop can use it without reaching up into the pilot.
+What a campaign needs (memory per card, hours, the 3/7/30-day package) is computed in
+`tunepilot.sizing`; the pilot feeds it measurements.
 """

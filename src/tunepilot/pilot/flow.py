@@ -126,7 +126,7 @@ def execute_pilot(
     catalog: Path | None = None,
 ) -> PilotResult:
     """Run every gate in order and write the pilot folder; the caller prints."""
-    from tunepilot.pilot.catalog import load_catalog
+    from tunepilot.sizing.catalog import load_catalog
 
     target = gpu or ws.campaign.rental.gpu
     if target:  # a wrong card name is bad input: say so before minutes of gates, not after
@@ -283,8 +283,8 @@ def write_sizing(
 ) -> dict[str, Any]:
     """Measure the memory grid, build the selection sheet and the rental plan, write
     sizing.json and plan.md into the pilot folder; returns what sizing.json holds."""
-    from tunepilot.pilot.catalog import load_catalog
-    from tunepilot.pilot.sizing import updates_sheet
+    from tunepilot.sizing.catalog import load_catalog
+    from tunepilot.sizing.sheet import updates_sheet
 
     cards = load_catalog(catalog)
     t, c = state.training, state.campaign
@@ -318,7 +318,7 @@ def _memory_section(state: PilotState, payload: dict[str, Any], out: dict[str, A
                     cards: Any, card: Any, replicas: int) -> list[str]:  # fmt: skip
     """Memory grid -> fitted model with its held-out error -> selection sheet (S1, L1, L2)."""
     from tunepilot.measure.memory import is_out_of_memory
-    from tunepilot.pilot.sizing import (
+    from tunepilot.sizing.sheet import (
         fit_memory_model,
         holdout_error,
         measure_memory_grid,
@@ -370,8 +370,8 @@ def _memory_section(state: PilotState, payload: dict[str, Any], out: dict[str, A
 def _plan_section(state: PilotState, payload: dict[str, Any], out: dict[str, Any], cards: Any,
                   card: Any) -> list[str]:  # fmt: skip
     """Hours per phase and the package (L3), from the pilot's measured times."""
-    from tunepilot.pilot.catalog import speed_ratio
-    from tunepilot.pilot.rental import plan_markdown, plan_rental
+    from tunepilot.sizing.catalog import speed_ratio
+    from tunepilot.sizing.rental import plan_markdown, plan_rental
 
     t, c, m = state.training, state.campaign, payload.get("measurements") or {}
     needed = ("step_seconds", "eval_seconds", "checkpoint_seconds")

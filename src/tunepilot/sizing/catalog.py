@@ -1,6 +1,6 @@
 """The GPU catalog (L1, L3): cards a user may rent, their memory, backend, speed and prices.
 
-The shipped file (`tunepilot/pilot/gpus.yaml`) lists common cards with prices left empty:
+The shipped file (`tunepilot/sizing/gpus.yaml`) lists common cards with prices left empty:
 only the user knows what their provider charges, and a made-up price would make the plan's
 cost look like a fact. Relative speeds are labelled assumptions for the same reason; the
 plan uses them only to scale a step time measured on one card to another and says so.
@@ -115,7 +115,7 @@ class Catalog(BaseModel):
 
 def default_catalog_path() -> Path:
     """The catalog shipped with tunepilot (copy it, edit the prices, pass it back)."""
-    return Path(str(files("tunepilot").joinpath("pilot", "gpus.yaml")))
+    return Path(str(files("tunepilot").joinpath("sizing", "gpus.yaml")))
 
 
 def _problem(err: dict[str, Any], source: str, lines: dict[tuple[str, ...], int]) -> Problem:

@@ -22,8 +22,8 @@ from typing import Any
 
 from tunepilot.errors import InputError, Problem, input_error
 from tunepilot.measure.memory import human_bytes
-from tunepilot.pilot.catalog import GpuCard
-from tunepilot.pilot.memory_model import (  # noqa: F401  (re-exported: one import for the sheet)
+from tunepilot.sizing.catalog import GpuCard
+from tunepilot.sizing.memory_model import (  # noqa: F401  (re-exported: one import for the sheet)
     HoldoutCheck,
     MemoryModel,
     fit_memory_model,
