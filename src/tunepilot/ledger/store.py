@@ -218,17 +218,8 @@ class Ledger(RunLiveness, EvidenceRecords):
         ).fetchone():
             n += 1  # an explicit id already took this name: skip it, never share it
         run_id = f"{variant}-s{seed}-{n}"
-        insert(
-            conn,
-            "run_ids",
-            id=run_id,
-            variant=variant,
-            seed=seed,
-            n=n,
-            reserved_at=utc_now(),
-            pid=os.getpid(),
-            host=self._host,
-        )
+        insert(conn, "run_ids", id=run_id, variant=variant, seed=seed, n=n,
+               reserved_at=utc_now(), pid=os.getpid(), host=self._host)  # fmt: skip
         return run_id
 
     def new_run_id(self, variant: str, seed: int) -> str:

@@ -53,6 +53,17 @@ def train_tokenizer(
     return fast
 
 
+TINY_SHAPE = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "max_position_embeddings": 512,
+}
+"""One shape for every tiny model: small enough for milliseconds per step on a CPU, deep
+enough (2 layers) that per-layer code paths and LoRA targets are exercised."""
+
+
 def build_tiny_llama(
     directory: str | Path, corpus: Iterable[str] | None = None, seed: int = 0
 ) -> Path:
@@ -65,12 +76,8 @@ def build_tiny_llama(
     tok = train_tokenizer(directory, corpus)
     config = LlamaConfig(
         vocab_size=len(tok),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
+        **TINY_SHAPE,
         num_key_value_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=512,
         pad_token_id=tok.pad_token_id,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
@@ -100,15 +107,7 @@ def build_tiny_bert(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tok = train_tokenizer(directory, corpus)
-    config = BertConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=512,
-        pad_token_id=tok.pad_token_id,
-    )
+    config = BertConfig(vocab_size=len(tok), **TINY_SHAPE, pad_token_id=tok.pad_token_id)
     torch.manual_seed(seed)
     if with_head_labels:
         config.id2label = dict(enumerate(with_head_labels))
