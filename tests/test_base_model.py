@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -97,10 +99,10 @@ def test_p4_hub_id_without_revision_is_refused() -> None:
     assert "pin the exact commit" in err.value.problems[0].fix
 
 
-def test_p4_hub_id_not_cached_fails_fast_with_what_to_do(
+def test_5b_hub_id_not_cached_under_hf_hub_offline_fails_fast_naming_hf_download(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("TUNEPILOT_ALLOW_DOWNLOAD", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     started = time.monotonic()
     with pytest.raises(InputError) as err:
         resolve_source(
@@ -110,10 +112,61 @@ def test_p4_hub_id_not_cached_fails_fast_with_what_to_do(
     problem = err.value.problems[0]
     assert problem.where == "model.name_or_path"
     assert "org/absent-model" in problem.found and COMMIT in problem.found
-    assert "HF_HOME" in problem.fix and "model.name_or_path" in problem.fix
+    assert "HF_HUB_OFFLINE=1" in problem.found
+    assert f"hf download org/absent-model --revision {COMMIT}" in problem.fix
 
 
-def test_p4_cached_hub_id_resolves_to_its_commit(tiny_bert_dir: Path, tmp_path: Path) -> None:
+def _resolve_in_new_process(name: str, revision: str, **env: str) -> dict:
+    """resolve_source in a fresh interpreter whose environment holds only the Hub's own
+    variables (huggingface_hub reads HF_HUB_CACHE and HF_ENDPOINT once, at import)."""
+    code = (
+        "import json, sys; from tunepilot.campaign import ModelSettings; "
+        "from tunepilot.errors import InputError; "
+        "from tunepilot.model.base import resolve_source\n"
+        "try:\n"
+        f"    s = resolve_source(ModelSettings(name_or_path={name!r}, revision={revision!r}))\n"
+        "    print(json.dumps(s.to_json()))\n"
+        "except InputError as e:\n"
+        "    p = e.problems[0]; print(json.dumps({'found': p.found, 'fix': p.fix}))\n"
+    )
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TUNEPILOT_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full | env, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_5b_hub_id_resolves_through_hf_hub_cache_env_offline_and_records_the_commit(
+    tiny_bert_dir: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "hub"
+    snapshot = _fake_hub_cache(cache, tiny_bert_dir)
+    source = _resolve_in_new_process(
+        "org/tiny", "main", HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1"
+    )
+    assert (source["kind"], source["name"], source["revision"]) == ("hub", "org/tiny", "main")
+    assert source["resolved_commit"] == COMMIT and source["path"] == str(snapshot)
+    assert source["weight_files"]["model.safetensors"] == _sha256(snapshot / "model.safetensors")
+    assert any(f"resolved to commit {COMMIT}" in n for n in source["notes"])
+
+
+def test_5b_hub_id_not_cached_is_downloaded_without_any_tunepilot_variable(
+    tmp_path: Path,
+) -> None:
+    """Without HF_HUB_OFFLINE the Hub is asked: an endpoint that refuses the connection
+    (port 9 on this machine) makes that attempt visible without any network."""
+    found = _resolve_in_new_process(
+        "org/absent-model", COMMIT, HF_HUB_CACHE=str(tmp_path), HF_ENDPOINT="http://127.0.0.1:9"
+    )
+    assert found["found"].startswith(f"downloading `org/absent-model` at revision `{COMMIT}`")
+    assert f"hf download org/absent-model --revision {COMMIT}" in found["fix"]
+
+
+def test_p4_cached_hub_id_resolves_to_its_commit(
+    tiny_bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     snapshot = _fake_hub_cache(tmp_path, tiny_bert_dir)
     pinned = resolve_source(
         ModelSettings(name_or_path="org/tiny", revision=COMMIT), cache_dir=tmp_path

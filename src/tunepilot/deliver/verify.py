@@ -4,8 +4,8 @@ The check itself lives in `tunepilot.deliver.bundle_check`, which this module st
 Python process: the parent's memory (a model that trained, a tokenizer already patched, a
 module already imported) must not be able to make a broken bundle pass. The child is started
 with `-P` so neither the working folder nor the bundle folder can shadow a module it imports,
-and with `HF_HUB_OFFLINE=1` unless downloads were allowed, so a missing base fails in seconds
-instead of reaching for the network.
+and always with `HF_HUB_OFFLINE=1`: verify checks the bundle against a base already on this
+machine, so a missing base fails in seconds instead of reaching for the network.
 
 The other half of the check is `controls.py`: what the model *in memory* answered to a few
 validation inputs before export wrote anything. The child must reproduce it from the files.
@@ -29,18 +29,16 @@ CHILD_TUNEPILOT_MODULES = {"tunepilot", "tunepilot.deliver", CHECK_MODULE}
 docstring) and the checker, which uses the standard library, transformers, peft, safetensors
 and torch."""
 DEFAULT_TIMEOUT_S = 900.0
+
+
 def run_bundle_check(
     bundle_dir: Path, base: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> dict[str, Any]:
     """Run the checker in a fresh interpreter; returns its JSON payload plus `returncode`."""
-    from tunepilot.model.base import ALLOW_DOWNLOAD_ENV
-
     cmd = [sys.executable, "-P", "-m", CHECK_MODULE, str(bundle_dir)]
     if base is not None:
         cmd += ["--base", str(base)]
-    env = dict(os.environ)
-    if env.get(ALLOW_DOWNLOAD_ENV) != "1":
-        env["HF_HUB_OFFLINE"] = "1"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
     done = subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
     )

