@@ -186,8 +186,8 @@ def test_h2_extraction_rates_by_hand():
     rows = {r["id"]: r for r in out["rows"]}
     assert rows["a"]["valid_json"] and rows["a"]["schema_ok"] and rows["a"]["exact"]
     assert not rows["b"]["valid_json"] and not rows["b"]["fields_present"]
-    assert rows["c"]["schema_errors"] == ["$: required field 'name' is missing"]
-    assert rows["d"]["schema_errors"] == ["$.qty: expected integer, got str"]
+    assert rows["c"]["schema_errors"] == ["$: 'name' is a required property"]
+    assert rows["d"]["schema_errors"] == ["$.qty: '2' is not of type 'integer'"]
     assert rows["d"]["fields"]["qty"] == {"match": False, "token_f1": 1.0}
 
 
@@ -207,16 +207,18 @@ def test_h2_spurious_fields_are_counted():
 
 
 def test_schema_checker_types():
-    assert schema_errors(True, {"type": "integer"}) == ["$: expected integer, got bool"]
+    assert schema_errors(True, {"type": "integer"}) == ["$: True is not of type 'integer'"]
     assert schema_errors(3.0, {"type": "integer"}) == []
     assert schema_errors(None, {"type": ["string", "null"]}) == []
     assert schema_errors([1, "x"], {"type": "array", "items": {"type": "number"}}) == [
-        "$[1]: expected number, got str"
+        "$[1]: 'x' is not of type 'number'"
     ]
     nested = {"type": "object", "properties": {"o": {"type": "object", "required": ["k"]}}}
-    assert schema_errors({"o": {}}, nested) == ["$.o: required field 'k' is missing"]
+    assert schema_errors({"o": {}}, nested) == ["$.o: 'k' is a required property"]
     closed = {"type": "object", "properties": {"a": {}}, "additionalProperties": False}
-    assert schema_errors({"a": 1, "b": 2}, closed) == ["$: unexpected field(s) ['b']"]
+    assert schema_errors({"a": 1, "b": 2}, closed) == [
+        "$: Additional properties are not allowed ('b' was unexpected)"
+    ]
 
 
 def test_h2_format_metrics_by_hand():

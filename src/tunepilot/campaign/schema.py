@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 TaskKind = Literal["classification", "extraction", "format"]
 
@@ -68,8 +68,21 @@ class Hypothesis(Strict):
     )
     target_schema: dict[str, Any] | None = Field(
         default=None,
-        description="Extraction: a JSON Schema the answer must match (types of fields).",
+        description="Extraction: a JSON Schema the answer must match (draft from `$schema`, "
+        "2020-12 when absent).",
     )
+
+    @field_validator("target_schema")
+    @classmethod
+    def _valid_json_schema(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The schema itself is checked against its draft now, not when an evaluation meets it."""
+        if schema is not None:
+            from tunepilot.campaign.answer_schema import schema_problem
+
+            problem = schema_problem(schema)
+            if problem:
+                raise ValueError(f"not a valid JSON Schema {problem}")
+        return schema
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from tunepilot.tasks.base import IGNORE_INDEX
 from tunepilot.tasks.example import Example
 from tunepilot.tasks.metrics import classification_metrics, extraction_metrics, format_metrics
 
-PROCEDURE_VERSION = 1
+PROCEDURE_VERSION = 2
 """Bumped whenever this procedure changes what a number means; part of the config hash."""
 
 

@@ -2,8 +2,8 @@
 
 Guards are judged per class and per field (H2), so these functions return the per-class and
 per-field numbers next to the global ones, plus one row per example so a gain limited to a few
-examples can be seen (H3). The extraction checks use a small JSON-Schema subset implemented
-here, so judging an output never depends on an optional package.
+examples can be seen (H3). Answers are checked against the campaign's JSON Schema by the
+`jsonschema` library (campaign/answer_schema.py), every keyword of the declared draft included.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import json
 import re
 from collections import Counter
 from typing import Any
+
+from tunepilot.campaign.answer_schema import schema_errors
 
 # --------------------------------------------------------------------------------------------
 # classification
@@ -74,64 +76,6 @@ def classification_metrics(gold: list[str], pred: list[str], labels: list[str]) 
 
 
 # --------------------------------------------------------------------------------------------
-# a minimal JSON-Schema checker (type, properties, required, items, enum, additionalProperties)
-# --------------------------------------------------------------------------------------------
-
-
-def _is_type(value: Any, kind: str) -> bool:
-    """JSON-Schema type test; bool is not a number and 1.0 counts as an integer."""
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "null":
-        return value is None
-    if kind == "integer":
-        if isinstance(value, bool):
-            return False
-        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    if kind == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind == "array":
-        return isinstance(value, list)
-    if kind == "object":
-        return isinstance(value, dict)
-    raise ValueError(f"unsupported JSON-Schema type {kind!r}")
-
-
-def schema_errors(value: Any, schema: dict[str, Any], path: str = "$") -> list[str]:
-    """Every way `value` breaks `schema`, as "$.field: expected integer, got str" sentences.
-
-    Supports `type` (one name or a list), `properties`, `required`, `items`, `enum` and
-    `additionalProperties: false`; other keywords are ignored, never guessed at.
-    """
-    errors: list[str] = []
-    if "type" in schema:
-        kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        if not any(_is_type(value, k) for k in kinds):
-            got = "null" if value is None else type(value).__name__
-            return [f"{path}: expected {' or '.join(kinds)}, got {got}"]
-    if "enum" in schema and value not in schema["enum"]:
-        errors.append(f"{path}: {value!r} is not one of {schema['enum']}")
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        for name in schema.get("required", []):
-            if name not in value:
-                errors.append(f"{path}: required field {name!r} is missing")
-        for name, sub in props.items():
-            if name in value:
-                errors += schema_errors(value[name], sub, f"{path}.{name}")
-        if schema.get("additionalProperties") is False:
-            extra = sorted(set(value) - set(props))
-            if extra:
-                errors.append(f"{path}: unexpected field(s) {extra}")
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(value):
-            errors += schema_errors(item, schema["items"], f"{path}[{i}]")
-    return errors
-
-
-# --------------------------------------------------------------------------------------------
 # extraction and format
 # --------------------------------------------------------------------------------------------
 
@@ -171,8 +115,10 @@ def token_f1(gold: Any, pred: Any) -> float:
 
 
 def _present(obj: dict[str, Any] | None, name: str) -> bool:
-    """A required field is present when the key exists with a non-null value."""
-    return obj is not None and obj.get(name) is not None
+    """A required field is present when its key is there. `null` is an answer ("the message
+    names no order id"), not an absence: whether null is allowed is the schema's to say, and
+    schema validity judges it."""
+    return obj is not None and name in obj
 
 
 def extraction_metrics(
@@ -187,11 +133,12 @@ def extraction_metrics(
     Rates are over all examples (an output that is not a JSON object fails every check):
     `json_validity` (parses to an object), `schema_validity` (object that matches `schema`;
     equal to json_validity when no schema is given), `required_field_presence` (every required
-    field present and non-null), `object_exact` (the whole object equals the gold one). Per
-    field (every key of any gold object, plus required ones) over the examples whose gold has
-    it: `exact` and `token_f1`, and `spurious` = outputs that invent the field when gold lacks
-    it. `field_exact_macro`/`field_token_f1_macro` average fields; `*_micro` average
-    (example, field) pairs. Returns {"metrics": {...}, "rows": [...]}, one row per example.
+    key present; a null value counts, the schema decides whether null is allowed),
+    `object_exact` (the whole object equals the gold one). Per field (every key of any gold
+    object, plus required ones) over the examples whose gold has it: `exact` and `token_f1`,
+    and `spurious` = outputs that invent the field when gold lacks it.
+    `field_exact_macro`/`field_token_f1_macro` average fields; `*_micro` average (example,
+    field) pairs. Returns {"metrics": {...}, "rows": [...]}, one row per example.
     """
     if len(gold_targets) != len(outputs):
         raise ValueError(f"{len(gold_targets)} gold targets but {len(outputs)} outputs")
