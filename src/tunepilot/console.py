@@ -6,9 +6,14 @@ heavy is imported here.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -50,6 +55,56 @@ def print_findings(findings: list[Finding], title: str) -> None:
     console.print(findings_table(findings, title))
 
 
+@dataclass
+class JsonChannel:
+    """Where a `--json` command's one document goes, and whether it was written."""
+
+    stream: TextIO
+    written: bool = False
+
+
+_channels: list[JsonChannel] = []
+
+
 def print_json(payload: Any) -> None:
     """Machine-readable output on stdout, nothing else on it."""
-    sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
+    channel = _channels[-1] if _channels else None
+    stream = channel.stream if channel else sys.stdout
+    stream.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
+    stream.flush()
+    if channel:
+        channel.written = True
+
+
+@contextmanager
+def json_stdout() -> Iterator[JsonChannel]:
+    """While a `--json` command runs, stdout carries only what `print_json` writes.
+
+    Everything else that would reach stdout (progress lines, notes such as "marked ...
+    interrupted", library prints, child processes that inherit the descriptor) goes to stderr:
+    the descriptor itself is pointed at stderr, so no writer is missed.
+    """
+    sys.stdout.flush()
+    original = sys.stdout
+    try:
+        fd: int | None = original.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        fd = None  # an in-memory stdout (tests): no descriptor to move
+    kept = None
+    stream: TextIO = original
+    if fd is not None:
+        kept = os.dup(fd)
+        os.dup2(sys.stderr.fileno(), fd)
+        stream = os.fdopen(os.dup(kept), "w", encoding="utf-8")
+    channel = JsonChannel(stream)
+    _channels.append(channel)
+    sys.stdout = sys.stderr
+    try:
+        yield channel
+    finally:
+        _channels.pop()
+        sys.stdout = original
+        if fd is not None and kept is not None:
+            stream.close()
+            os.dup2(kept, fd)
+            os.close(kept)

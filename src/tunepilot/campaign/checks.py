@@ -39,6 +39,18 @@ def check_campaign(campaign: Campaign, root: Path) -> list[Problem]:
     return problems
 
 
+def campaign_warnings(campaign: Campaign) -> list[Problem]:
+    """Settings that are valid but that a reader of the results must see: validate prints them
+    and the dossier lists them among the observed limits."""
+    warnings: list[Problem] = []
+    if campaign.model.trust_remote_code:
+        warnings.append(Problem(
+            "model.trust_remote_code", "true: Python files shipped with the model "
+            f"`{campaign.model.name_or_path}` run on this machine when it loads",
+            "read the model's .py files at the pinned revision first, or set it to false"))
+    return warnings
+
+
 def raise_on_problems(campaign: Campaign, root: Path, source: str) -> None:
     problems = check_campaign(campaign, root)
     if problems:

@@ -14,7 +14,15 @@ import hashlib
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
 TaskKind = Literal["classification", "extraction", "format"]
 
@@ -22,7 +30,37 @@ TaskKind = Literal["classification", "extraction", "format"]
 class Strict(BaseModel):
     """Base for every campaign section: unknown keys are errors, values are validated on set."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+# Names that become folder or file names (campaign, variants, and so run ids): one rule for all,
+# so no name can climb out of the campaign folder (`../../etc`) or hide as a dot-file.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+Name = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=NAME_PATTERN,
+        description="Letters, digits, `.`, `_`, `-`; starts with a letter or digit (it names "
+        "folders).",
+    ),
+]
+# A seed every generator accepts as is (NumPy's legacy seeding stops at 2**32 - 1).
+MAX_SEED = 2**32 - 1
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+def _seeds_once(seeds: list[int]) -> list[int]:
+    """A seed listed twice would train the same run twice and count it twice (V6)."""
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{seeds} lists a seed twice; list each seed once")
+    return seeds
+
+
+# The seeds every variant runs: the campaign's `seeds` and `--seeds` share this one rule.
+Seeds = Annotated[list[Seed], Field(min_length=1), AfterValidator(_seeds_once)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -43,7 +81,7 @@ class ClassificationGuards(Strict):
         le=1,
         description="No class may drop more than this vs the baseline (absolute metric).",
     )
-    class_floors: dict[str, float] = Field(
+    class_floors: dict[str, Fraction] = Field(
         default_factory=dict, description="Per-class floors that override per_class_floor."
     )
 
@@ -172,7 +210,7 @@ class SplitPolicy(Strict):
     policy: Literal["random", "stratified", "group", "time", "files"] = "stratified"
     validation: float = Field(default=0.1, gt=0, lt=1)
     test: float = Field(default=0.1, ge=0, lt=1)
-    seed: int = 0
+    seed: Seed = 0
 
     @model_validator(mode="after")
     def _fractions_leave_training(self) -> SplitPolicy:
@@ -212,13 +250,24 @@ class DataSettings(Strict):
         default_factory=lambda: ["nfc", "strip", "collapse_whitespace", "drop_empty"]
     )
     split: SplitPolicy = Field(default_factory=SplitPolicy)
-    max_length: int = Field(default=128, ge=8)
+    max_length: int = Field(default=128, ge=8, le=2**20, description="Tokens per example.")
     template: str = Field(
         default="{text}\n",
         description="Prompt template for generation tasks; fields in braces.",
     )
     mask_prompt: bool = Field(default=True, description="Prompt tokens carry no loss (D5).")
     audit: AuditSettings = Field(default_factory=AuditSettings)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_unique(cls, labels: list[str] | None) -> list[str] | None:
+        """Two classes with one name would share an id: the model could not tell them apart."""
+        if labels is not None:
+            twice = sorted({n for n in labels if labels.count(n) > 1})
+            if twice:
+                raise ValueError(f"class name(s) {', '.join(map(repr, twice))} appear more than "
+                                 "once; give each class one name, once")
+        return labels
 
     @model_validator(mode="after")
     def _one_source(self) -> DataSettings:
@@ -246,13 +295,15 @@ class DataSettings(Strict):
 class Budget(Strict):
     """Hold updates or epochs fixed; the other follows and is recorded (S7)."""
 
-    updates: int | None = Field(default=None, ge=1)
-    epochs: float | None = Field(default=None, gt=0)
+    updates: int | None = Field(default=None, ge=1, le=10**8)
+    epochs: float | None = Field(default=None, gt=0, le=10_000)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Budget:
         if (self.updates is None) == (self.epochs is None):
-            raise ValueError("set exactly one of `updates` or `epochs`")
+            raise ValueError(
+                "set exactly one of `updates` or `epochs` (to switch, set the other to null)"
+            )
         return self
 
 
@@ -275,11 +326,11 @@ class TrainingSettings(Strict):
     lr: float = Field(default=1e-4, gt=0, lt=1)
     scheduler: Literal["constant", "linear", "cosine"] = "linear"
     warmup_updates: int = Field(default=0, ge=0)
-    weight_decay: float = Field(default=0.0, ge=0)
+    weight_decay: float = Field(default=0.0, ge=0, le=1)
     max_grad_norm: float | None = Field(default=1.0, gt=0)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     activation_checkpointing: bool = False
-    seed: int = 0
+    seed: Seed = 0
     eval_every: int = Field(default=50, ge=1, description="Updates between validation points.")
     eval_batch_size: int = Field(default=32, ge=1)
     drop_last: bool = False
@@ -288,7 +339,9 @@ class TrainingSettings(Strict):
     keep_last_checkpoints: int = Field(default=2, ge=1)
     stop: StopCauses = Field(default_factory=StopCauses)
     distributed: Distributed = Field(default_factory=Distributed)
-    max_new_tokens: int = Field(default=64, ge=1, description="Generation budget at evaluation.")
+    max_new_tokens: int = Field(
+        default=64, ge=1, le=2**20, description="Generation budget at evaluation."
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,7 +354,7 @@ class Variant(Strict):
 
     explain: str = Field(min_length=1)
     overrides: dict[str, Any] = Field(default_factory=dict)
-    control: str = "control"
+    control: Name = "control"
     allow_multi_change: bool = False
     reason: str | None = None
 
@@ -328,13 +381,13 @@ class Rental(Strict):
 class Campaign(Strict):
     """A whole campaign: hypothesis first, then the model, the data and the training plan."""
 
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    name: Name
     hypothesis: Hypothesis
     model: ModelSettings
     data: DataSettings
     training: TrainingSettings = Field(default_factory=TrainingSettings)
-    variants: dict[str, Variant] = Field(default_factory=dict)
-    seeds: list[int] = Field(default_factory=lambda: [0])
+    variants: dict[Name, Variant] = Field(default_factory=dict)
+    seeds: Seeds = Field(default_factory=lambda: [0], description="Every variant runs each seed.")
     test_policy: TestPolicy = Field(default_factory=TestPolicy)
     rental: Rental = Field(default_factory=Rental)
 
@@ -352,6 +405,9 @@ class Campaign(Strict):
     def config_hash(self) -> str:
         """A short, stable hash of the resolved campaign (recorded with every run)."""
         return stable_hash(self.model_dump(mode="json"))
+
+
+SEEDS = TypeAdapter(Seeds)
 
 
 def stable_hash(obj: Any, length: int = 16) -> str:

@@ -50,7 +50,19 @@ CampaignArgs = Annotated[
         show_default=False,
     ),
 ]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")]
+_json_mode = {"on": False}  # set while --json is parsed, read by run_body
+
+
+def _note_json(value: bool) -> bool:
+    """Remember `--json` for `run_body`, which answers in JSON even on errors."""
+    _json_mode["on"] = bool(value)
+    return value
+
+
+JsonFlag = Annotated[
+    bool,
+    typer.Option("--json", callback=_note_json, help="Print one JSON document on stdout only."),
+]
 
 
 def split_campaign_args(args: list[str] | None) -> tuple[Path, list[str]]:
@@ -74,17 +86,67 @@ def split_campaign_args(args: list[str] | None) -> tuple[Path, list[str]]:
 
 
 def run_body(func, *args, **kwargs) -> None:
-    """Call a command body; bad input exits 2 with every problem listed."""
+    """Call a command body and turn what happened into the exit code (README: exit codes).
+
+    0: every check passed or warned; 1: the command did its work and a check FAILed (the output
+    says which); 2: bad input or usage, every problem listed with where it is and the fix;
+    3: tunepilot itself failed: one sentence on stderr and the path of the full traceback, never
+    a traceback on the terminal. With `--json`, stdout holds exactly one JSON document, errors
+    included; everything else goes to stderr.
+    """
+    from tunepilot.console import json_stdout
+
+    if not _json_mode["on"]:
+        raise typer.Exit(_outcome(func, args, kwargs, as_json=False))
+    with json_stdout() as channel:
+        code = _outcome(func, args, kwargs, as_json=True)
+        if not channel.written:  # a path that reports in words only still answers in JSON
+            from tunepilot.console import print_json
+
+            print_json({"exit_code": code})
+    raise typer.Exit(code)
+
+
+def _outcome(func, args, kwargs, *, as_json: bool) -> int:
+    from tunepilot.console import error_console, print_input_error, print_json
     from tunepilot.errors import InputError
 
     try:
-        code = func(*args, **kwargs)
+        return int(func(*args, **kwargs) or 0)
     except InputError as err:
-        from tunepilot.console import print_input_error
-
         print_input_error(err)
-        raise typer.Exit(2) from None
-    raise typer.Exit(code or 0)
+        if as_json:
+            print_json({"exit_code": 2, "error": err.title,
+                        "problems": [vars(p) for p in err.problems]})  # fmt: skip
+        return 2
+    except (typer.Exit, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # last resort: a sentence and a file, never a traceback
+        path = _write_traceback(exc)
+        error_console.print(
+            f"[bold red]error:[/] tunepilot stopped on an unexpected {type(exc).__name__}: "
+            f"{str(exc)[:300]}. This is a fault in tunepilot or its environment, not in your "
+            f"campaign; the full traceback is in {path} (attach it when you report it).",
+            highlight=False,
+        )
+        if as_json:
+            print_json({"exit_code": 3, "error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                        "traceback_file": str(path)})  # fmt: skip
+        return 3
+
+
+def _write_traceback(exc: BaseException) -> Path:
+    """The full traceback in a file of its own, so the terminal shows one sentence."""
+    import os
+    import tempfile
+    import time
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    path = Path(tempfile.gettempdir()) / f"tunepilot-traceback-{stamp}-{os.getpid()}.txt"
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 def _version(value: bool) -> None:
@@ -100,6 +162,7 @@ def _root(
     ] = False,
 ) -> None:
     """tunepilot command line."""
+    _json_mode["on"] = False  # a command without --json never inherits an earlier one's
 
 
 def open_workspace(args: list[str] | None) -> Any:

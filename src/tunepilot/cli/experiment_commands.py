@@ -32,7 +32,8 @@ def baseline(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
 
 
 Nproc = Annotated[
-    int | None, typer.Option("--nproc", help="Data replicas per run, launched with torchrun.")
+    int | None,
+    typer.Option("--nproc", min=1, help="Data replicas per run, launched with torchrun."),
 ]
 TorchrunArgs = Annotated[
     list[str] | None,
@@ -51,14 +52,15 @@ def run_command(
     ] = None,
     stop_after: Annotated[
         int | None,
-        typer.Option("--stop-after", help="Pause each run after N updates (resume later)."),
+        typer.Option("--stop-after", min=1, help="Pause each run after N updates (resume later)."),
     ] = None,
     nproc: Nproc = None,
     strategy: Annotated[
         str | None, typer.Option(help="ddp | fsdp (default: the campaign's).")
     ] = None,
     jobs: Annotated[
-        int | None, typer.Option(help="Run N independent runs side by side (one per GPU).")
+        int | None,
+        typer.Option(min=1, help="Run N independent runs side by side (one per GPU)."),
     ] = None,
     torchrun_arg: TorchrunArgs = None,
     retry: Annotated[
@@ -104,7 +106,8 @@ def resume(
     run_id: Annotated[str, typer.Argument(help="The run to continue, e.g. control-s0-1.")],
     args: CampaignArgs = None,
     stop_after: Annotated[
-        int | None, typer.Option("--stop-after", help="Pause again after N updates in all.")
+        int | None,
+        typer.Option("--stop-after", min=1, help="Pause again after N updates in all."),
     ] = None,
     nproc: Nproc = None,
     torchrun_arg: TorchrunArgs = None,

@@ -32,18 +32,22 @@ def validate(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
 
     def body() -> int:
         from tunepilot.campaign import load_campaign
-        from tunepilot.campaign.checks import raise_on_problems
-        from tunepilot.console import console, print_json
+        from tunepilot.campaign.checks import campaign_warnings, raise_on_problems
+        from tunepilot.console import console, error_console, print_json
 
         path, overrides = split_campaign_args(args)
         campaign = load_campaign(path, overrides)
         raise_on_problems(campaign, path.resolve().parent, str(path))
+        warnings = campaign_warnings(campaign)
+        for w in warnings:
+            error_console.print(f"[bold yellow]warning:[/] {w}", highlight=False)
         if as_json:
             print_json(
                 {
                     "ok": True,
                     "campaign": campaign.model_dump(mode="json"),
                     "config_hash": campaign.config_hash(),
+                    "warnings": [str(w) for w in warnings],
                 }
             )
         else:
@@ -126,9 +130,9 @@ def data_audit(
 @data_app.command("show")
 def data_show(
     args: CampaignArgs = None,
-    n: Annotated[int, typer.Option("-n", help="Examples to show.")] = 3,
+    n: Annotated[int, typer.Option("-n", min=0, help="Examples to show.")] = 3,
     per_class: Annotated[
-        int, typer.Option("--per-class", help="Also show K examples of each class (D4).")
+        int, typer.Option("--per-class", min=0, help="Also show K examples of each class (D4).")
     ] = 0,
     split: Annotated[str, typer.Option(help="train | validation | test")] = "train",
     as_json: JsonFlag = False,

@@ -90,6 +90,7 @@ def run_any(ws: Workspace, variants: list[str] | None, seeds: str | None,
 
     if retry_of:
         return retry(ws, retry_of, stop_after, as_json)
+    parse_seeds(seeds, ws.campaign.seeds)  # a bad --seeds is refused before anything starts
     dist = ws.campaign.training.distributed
     replicas = nproc or dist.nproc
     if jobs and replicas > 1:

@@ -31,12 +31,19 @@ _LINEAR_TYPES = ("Linear", "Conv1D")  # nn.Linear and GPT-2 style transformers C
 _PEFT_PREFIX = "base_model.model."
 
 
-class SetupFailure(Exception):
-    """A model set-up that would train silently wrong; carries the FAIL finding and its fix."""
+class SetupFailure(InputError):
+    """A model set-up that would train silently wrong; carries the FAIL finding and its fix.
 
-    def __init__(self, finding: Finding) -> None:
-        super().__init__(f"{finding.verdict}: {finding.sentence}")
+    It is bad input (the campaign's `key` asks for it), so every command reports it like any
+    other: the key, what was seen and the fix, exit 2. The pilot turns it into a FAIL gate.
+    """
+
+    def __init__(self, finding: Finding, key: str = "model") -> None:
         self.finding = finding
+        super().__init__(
+            [Problem(key, finding.sentence, "change that setting as the sentence says")],
+            title="model set-up refused",
+        )
 
 
 @dataclass
@@ -281,7 +288,7 @@ def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
         lora = settings.lora
         target_check = check_target_modules(model, lora.target_modules, lora.modules_to_save)
         if target_check.verdict is Verdict.FAIL:
-            raise SetupFailure(target_check)
+            raise SetupFailure(target_check, "model.lora.target_modules")
         from peft import LoraConfig, get_peft_model
 
         config = LoraConfig(
@@ -300,7 +307,7 @@ def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
             model = get_peft_model(model, config)
     head_check = check_new_head_trainable(model, loaded.new_keys)
     if head_check.verdict is Verdict.FAIL:
-        raise SetupFailure(head_check)
+        raise SetupFailure(head_check, "model.lora.modules_to_save")
     return model
 
 
@@ -320,7 +327,8 @@ def enable_activation_checkpointing(model: Any) -> list[str]:
                 f"{type(base).__name__} does not support activation checkpointing; set "
                 "training.activation_checkpointing=false",
                 "S3",
-            )
+            ),
+            "training.activation_checkpointing",
         )
     kwargs = {"use_reentrant": False}
     with warnings.catch_warnings():

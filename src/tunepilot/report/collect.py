@@ -86,6 +86,7 @@ def _mtime(path: Path) -> str | None:
 def collect(ws: Workspace) -> dict[str, Any]:
     """The whole dossier as plain JSON-ready data."""
     from tunepilot import __version__
+    from tunepilot.campaign.checks import campaign_warnings
 
     c = ws.campaign
     cf = ws.campaign_file.name
@@ -97,6 +98,7 @@ def collect(ws: Workspace) -> dict[str, Any]:
             "tunepilot_version": __version__, "config_hash": c.config_hash(),
             "campaign_file": str(ws.campaign_file), "folder": str(ws.root),
             "model": c.model.name_or_path, "revision": c.model.revision, "method": c.model.method,
+            "warnings": [str(w) for w in campaign_warnings(c)],
         },
         "commands": {k: v.format(cf=cf) for k, v in COMMANDS.items()},
     }  # fmt: skip

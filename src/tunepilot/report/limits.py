@@ -29,6 +29,11 @@ def _ids(items: list[str], n: int = 4) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
+def campaign_limits(d: dict[str, Any]) -> list[Limit]:
+    """Settings the campaign file chose that a reader must weigh (trust_remote_code ...)."""
+    return [_limit("campaign", "WARN", w, "R4") for w in d["title"].get("warnings", [])]
+
+
 def hypothesis_limits(d: dict[str, Any]) -> list[Limit]:
     h, cmd = d["hypothesis"], d["commands"]
     out = []
@@ -232,7 +237,7 @@ def export_limits(d: dict[str, Any]) -> list[Limit]:
 
 
 RULES: tuple[Callable[[dict[str, Any]], list[Limit]], ...] = (
-    hypothesis_limits, data_limits, baseline_limits, pilot_limits, run_limits,
+    campaign_limits, hypothesis_limits, data_limits, baseline_limits, pilot_limits, run_limits,
     comparison_limits, test_limits, export_limits,
 )  # fmt: skip
 
