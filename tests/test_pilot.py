@@ -13,32 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from pilot_support import GATE_NAMES as NAMES
+from pilot_support import one_torch_thread, tiny_campaign  # noqa: F401  (autouse fixture)
 from tunepilot.data.workspace import Workspace
 from tunepilot.errors import InputError
 from tunepilot.pilot.flow import GATES, execute_pilot, new_pilot_folder, new_state, run_plan
 from tunepilot.pilot.phases import PilotHooks, run_gate
 
 torch = pytest.importorskip("torch")
-
-NAMES = ["environment", "data", "inspect", "load", "update audit", "first step", "steady step",
-         "accumulation", "overfit", "evaluation", "checkpoint", "resume", "export"]  # fmt: skip
-TINY = {"data.fields.time": None, "training.lr": 1e-3, "data.max_length": 160}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def tiny_campaign(folder: Path, **overrides: object) -> Path:
-    from tunepilot.demo.campaign import write_demo_campaign
-
-    return write_demo_campaign(folder, "classification", tiny=True, n_conversations=60,
-                               overrides={**TINY, **overrides})  # fmt: skip
-
 
 def run_gates(ws: Workspace, names: list[str], hooks: PilotHooks | None = None) -> dict:
     """Gates in order up to the last of `names` (with what they need), through the real runner."""

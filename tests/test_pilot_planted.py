@@ -11,30 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from pilot_support import one_torch_thread, tiny_campaign  # noqa: F401  (autouse fixture)
 from tunepilot.data.workspace import Workspace
 from tunepilot.pilot.flow import GATES, new_pilot_folder, new_state
 from tunepilot.pilot.phases import PilotHooks, run_gate
 
 torch = pytest.importorskip("torch")
 
-GOOD = {"data.fields.time": None, "training.lr": 1e-3, "data.max_length": 160}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def campaign(folder: Path, task: str = "classification", **overrides: object) -> Workspace:
-    from tunepilot.demo.campaign import write_demo_campaign
-
-    base = GOOD if task == "classification" else {"training.lr": 1e-3, "data.max_length": 256}
-    path = write_demo_campaign(folder, task, tiny=True, n_conversations=60,
-                               overrides={**base, **overrides})  # fmt: skip
-    return Workspace.open(path)
+    return Workspace.open(tiny_campaign(folder, task, **overrides))
 
 
 def gates_until(ws: Workspace, last: str, hooks: PilotHooks | None = None) -> dict:
