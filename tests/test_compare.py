@@ -14,7 +14,7 @@ import pytest
 
 from tunepilot.data.workspace import Workspace
 from tunepilot.experiments.compare import compare_command, compare_ledger
-from tunepilot.experiments.compare_stats import make_scorer, paired_bootstrap, pooled
+from tunepilot.experiments.compare_stats import hierarchical_bootstrap, make_scorer, stacked
 from tunepilot.ledger import BASELINE, Ledger, Prediction
 from tunepilot.tasks.metrics import classification_metrics, extraction_metrics
 from tunepilot.verdict import Verdict
@@ -104,19 +104,19 @@ def variant(cmp, name):
 def test_v6_bootstrap_identical_variant_ci_contains_zero_and_better_one_lies_above():
     control = predictions(wrong_on(20))
     scorer = make_scorer("classification", control)
-    c = pooled(scorer, [{p.example_id: p for p in control}], IDS)
-    diff, low, high = paired_bootstrap(c, c.copy(), scorer.value, 2000, seed=0)
-    assert diff == 0 and low <= 0 <= high
+    c = stacked(scorer, [{p.example_id: p for p in control}], IDS)
+    same = hierarchical_bootstrap(c, c.copy(), scorer.value, 2000, seed=0)
+    assert same.diff == 0 and same.low <= 0 <= same.high
     noisy = predictions(wrong_on(19))  # one example better: noise, not a finding
-    v = pooled(scorer, [{p.example_id: p for p in noisy}], IDS)
-    _, low, high = paired_bootstrap(c, v, scorer.value, 2000, seed=0)
-    assert low <= 0 <= high
+    v = stacked(scorer, [{p.example_id: p for p in noisy}], IDS)
+    found = hierarchical_bootstrap(c, v, scorer.value, 2000, seed=0)
+    assert found.low <= 0 <= found.high
     good = predictions(wrong_on(2))  # 18 more examples right out of 60
-    g = pooled(scorer, [{p.example_id: p for p in good}], IDS)
-    diff, low, high = paired_bootstrap(c, g, scorer.value, 2000, seed=0)
-    assert 0 < low < diff < high
-    assert paired_bootstrap(c, g, scorer.value, 2000, seed=0) == (diff, low, high)  # seeded
-    assert paired_bootstrap(c, g, scorer.value, 2000, seed=1) != (diff, low, high)
+    g = stacked(scorer, [{p.example_id: p for p in good}], IDS)
+    found = hierarchical_bootstrap(c, g, scorer.value, 2000, seed=0)
+    assert 0 < found.low < found.diff < found.high and found.p_value < 0.01
+    assert hierarchical_bootstrap(c, g, scorer.value, 2000, seed=0) == found  # seeded
+    assert hierarchical_bootstrap(c, g, scorer.value, 2000, seed=1) != found
 
 
 def test_v6_bootstrap_statistic_reproduces_the_evaluation_metric_exactly():
@@ -124,7 +124,7 @@ def test_v6_bootstrap_statistic_reproduces_the_evaluation_metric_exactly():
     preds[5] = "refund"  # a false positive too, so precision and recall differ
     rows = predictions(preds)
     scorer = make_scorer("classification", rows)
-    sums = np.ones((1, len(IDS))) @ pooled(scorer, [{p.example_id: p for p in rows}], IDS)
+    sums = np.ones((1, len(IDS))) @ stacked(scorer, [{p.example_id: p for p in rows}], IDS)[0]
     expected = classification_metrics(GOLD, preds, LABELS)["macro_f1"]
     assert scorer.value(sums)[0] == pytest.approx(expected, abs=1e-12)
     gold = [{"order_id": str(i), "city": "Paris"} if i % 2 else {"order_id": str(i)}
@@ -141,7 +141,7 @@ def test_v6_bootstrap_statistic_reproduces_the_evaluation_metric_exactly():
     scored = extraction_metrics(gold, outputs, ["order_id"], None, ids=ids)
     ext = [Prediction(r["id"], None, None, float(r["exact"]), r) for r in scored["rows"]]
     scorer = make_scorer("extraction", ext)
-    sums = np.ones((1, 6)) @ pooled(scorer, [{p.example_id: p for p in ext}], ids)
+    sums = np.ones((1, 6)) @ stacked(scorer, [{p.example_id: p for p in ext}], ids)[0]
     assert scorer.metric == "field_token_f1_macro"
     assert scorer.value(sums)[0] == pytest.approx(scored["metrics"]["field_token_f1_macro"])
 
@@ -185,7 +185,7 @@ def test_v7_control_remains_best_keep_the_control_is_a_decision_exit_0(ws: Works
     out = json.loads(capsys.readouterr().out)
     assert out["adopted"] is None
     assert out["decision"].startswith("Keep the control: `better`: no comparable completed run")
-    assert "`same`: the 95% CI of its macro_f1 difference" in out["decision"]
+    assert "`same`: its gain is not a finding: macro_f1" in out["decision"]
     assert "valid, re-readable conclusion (V7)" in out["decision"]
     saved = json.loads((ws.root / "comparison.json").read_text(encoding="utf-8"))
     assert saved["decision"] == out["decision"]
@@ -299,9 +299,10 @@ def test_h2_v6_extraction_runs_are_compared_on_field_f1_with_format_guards(tmp_p
     control_out = ["not json"] * 20 + [json.dumps({"order_id": str(i)}) for i in range(20, 40)]
     variant_out = [json.dumps(g) for g in gold]
     with Ledger.open(tmp_path) as ledger:
-        for name, outputs in (("control", control_out), ("v", variant_out)):
+        for name, outputs, seed in (("control", control_out, 0), ("v", variant_out, 0),
+                                    ("control", control_out, 1), ("v", variant_out, 1)):
             scored = extraction_metrics(gold, outputs, ["order_id"], None, ids=ids)
-            rid = ledger.register_run(campaign="ext", variant=name, seed=0, config_hash="c",
+            rid = ledger.register_run(campaign="ext", variant=name, seed=seed, config_hash="c",
                                       data_version="D1", status="running")  # fmt: skip
             ledger.record_evaluation(
                 rid, "validation", scored["metrics"], eval_config_hash="E1", data_version="D1",
@@ -317,3 +318,77 @@ def test_h2_v6_extraction_runs_are_compared_on_field_f1_with_format_guards(tmp_p
     assert v.ci is not None and v.ci["metric"] == "field_token_f1_macro" and v.ci["low"] > 0
     assert v.deltas["vs_control"]["city"] == pytest.approx(1.0)
     assert cmp.adopted == "v"
+
+
+# -- seeds, one seed, several variants (V6) ------------------------------------------------------
+
+
+def test_v6_seed_to_seed_variance_is_in_the_interval_a_lucky_seed_is_not_adopted(ws: Workspace):
+    """Seed 0 of the variant is far better than the control, seed 1 worse: pooled over seeds and
+    resampled by example only, the interval lay above 0; resampling seeds too, it does not."""
+    with Ledger.open(ws.ledger_path) as ledger:
+        for seed, k in ((0, 2), (1, 24)):
+            add_run(ledger, "control", seed, wrong_on(20))
+            add_run(ledger, "better", seed, wrong_on(k))
+        cmp = compare_ledger(ws.campaign, ledger)
+    better = variant(cmp, "better")
+    assert better.ci["diff"] > 0.1 and better.ci["low"] < 0 < better.ci["high"]
+    assert better.ci["p_value"] > 0.2 and cmp.adopted is None
+    assert "seeds and examples" in better.ci["method"]
+
+
+def test_v6_one_seed_never_adopts_and_the_decision_says_it_rests_on_one_seed(ws: Workspace):
+    with Ledger.open(ws.ledger_path) as ledger:
+        add_run(ledger, "control", 0, wrong_on(20))
+        add_run(ledger, "better", 0, wrong_on(2))  # a large gain, on one seed only
+        cmp = compare_ledger(ws.campaign, ledger)
+    better = variant(cmp, "better")
+    assert better.ci["low"] > 0 and better.ci["seeds"] == [0]
+    assert cmp.adopted is None
+    assert "`better`: the evidence rests on one seed" in cmp.decision
+    assert "one seed (0)" in cmp.decision and "--seeds" in cmp.decision
+
+
+def test_v6_holm_adjusts_for_the_number_of_variants_compared(tmp_path: Path):
+    from tunepilot.campaign import validate_mapping
+    from tunepilot.experiments.compare_stats import holm
+
+    assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx(
+        {"a": 0.03, "c": 0.06, "b": 0.06})  # fmt: skip
+    assert holm({"a": 0.5}) == {"a": 0.5}
+
+    def decide_with(names: list[str]) -> object:
+        raw = yaml_campaign(names)
+        with Ledger.open(tmp_path / f"{len(names)}.db") as ledger:
+            for seed in (0, 1):
+                add_run(ledger, "control", seed, wrong_on(20))
+                for name in names:  # a gain with a one-sided p just under 0.025 on its own
+                    add_run(ledger, name, seed, wrong_on(16))
+            return compare_ledger(validate_mapping(raw), ledger)
+
+    alone = decide_with(["v1"])
+    assert alone.adopted == "v1" and variant(alone, "v1").ci["p_holm"] < 0.025
+    three = decide_with(["v1", "v2", "v3"])
+    ci = variant(three, "v1").ci
+    assert ci["compared"] == 3 and ci["p_holm"] == pytest.approx(min(1.0, 3 * ci["p_value"]))
+    assert three.adopted is None and "Holm-adjusted p" in three.decision
+
+
+def yaml_campaign(names: list[str]) -> dict:
+    import yaml
+
+    raw = yaml.safe_load(CAMPAIGN)
+    raw["variants"] = {n: {"explain": "lr", "overrides": {"training.lr": 1e-5 * (i + 2)}}
+                       for i, n in enumerate(names)}  # fmt: skip
+    return raw
+
+
+def test_v7_compare_exits_1_when_the_kept_control_fails_its_guards(ws: Workspace, capsys):
+    with Ledger.open(ws.ledger_path) as ledger:
+        add_baseline(ledger, wrong_on(0))  # the starting model is perfect: every run drops
+        for seed in (0, 1):
+            add_run(ledger, "control", seed, wrong_on(30))
+            add_run(ledger, "same", seed, wrong_on(30))
+    assert compare_command(ws, as_json=True) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["adopted"] is None and "the control itself fails" in out["decision"]

@@ -6,17 +6,18 @@ a paired bootstrap confidence interval of the difference to the control on per-e
 predictions, per-class (per-field) deltas, and the guards vs the baseline and the control (H2).
 Runs that diverged, were interrupted, failed or are invalid keep their line and reason (V3); a
 run evaluated under another eval config or data version is not compared, and says why (V2).
-A variant is adopted only when its interval lies above 0 and its guards pass; otherwise the
-control stays, a result in its own right (V7).
+The decision follows one written rule (decision.py): guards pass, the gain survives a Holm
+correction across the variants, and it rests on more than one seed; otherwise the control
+stays, a result in its own right (V7).
 
-The interval is on a pooled statistic: each example's contributions (per-class counts, per-field
-token F1) are averaged over the paired seeds, and the headline metric is recomputed on every
-resample of examples; both sides use the same resample, so example difficulty cancels out.
+The interval comes from a paired hierarchical bootstrap (compare_stats.py): each resample draws
+seeds and examples with replacement, the same draw for the control and the variant, and the
+headline metric is recomputed from per-example contributions (per-class counts, per-field token
+F1), so both seed-to-seed and example-to-example variance are in it.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -26,10 +27,11 @@ from tunepilot.campaign.variants import CONTROL
 from tunepilot.experiments.compare_stats import (
     LEVEL,
     RESAMPLES,
+    hierarchical_bootstrap,
     make_scorer,
-    paired_bootstrap,
-    pooled,
+    stacked,
 )
+from tunepilot.experiments.decision import decide
 from tunepilot.experiments.guards import check_guards
 from tunepilot.verdict import Finding, Verdict
 
@@ -39,6 +41,7 @@ HEADLINES = {
     "format": ("token_f1", "exact_match"),
 }
 BOOTSTRAP_SEED = 0
+BOOTSTRAP_METHOD = "paired hierarchical bootstrap: seeds and examples resampled"
 
 
 @dataclass
@@ -158,7 +161,7 @@ def compare_ledger(
         v.guards = check_guards(campaign, mean, baseline, control_mean)
         v.deltas["vs_control"] = _deltas(campaign, mean, control_mean)
         v.ci = _interval(ledger, task, control, v, resamples, seed)
-    _decide(cmp)
+    decide(cmp)
     return cmp
 
 
@@ -261,7 +264,8 @@ def _deltas(campaign: Campaign, metrics: dict[str, Any], ref: dict[str, Any]) ->
 
 def _interval(ledger: Any, task: str, control: VariantResult, v: VariantResult,
               resamples: int, seed: int) -> dict[str, Any] | None:  # fmt: skip
-    """The CI of (variant - control) on the headline metric over the seeds both completed."""
+    """The CI of (variant - control) on the headline metric over the seeds both completed:
+    seeds and examples resampled together (hierarchical), the same draw for both sides."""
     by_seed = {x.seed: x for x in control.used}
     pairs = [(by_seed[x.seed], x) for x in v.used if x.seed in by_seed]
     if not pairs:
@@ -275,63 +279,13 @@ def _interval(ledger: Any, task: str, control: VariantResult, v: VariantResult,
         v.blocked.append("no example predictions in common with the control")
         return None
     scorer = make_scorer(task, [p for run in preds.values() for p in run.values()])
-    control_rows = pooled(scorer, [preds[c.run_id] for c, _ in pairs], ids)
-    variant_rows = pooled(scorer, [preds[x.run_id] for _, x in pairs], ids)
-    diff, low, high = paired_bootstrap(control_rows, variant_rows, scorer.value, resamples, seed)
-    return {"metric": scorer.metric, "diff": diff, "low": low, "high": high, "level": LEVEL,
-            "resamples": resamples, "bootstrap_seed": seed, "seeds": [x.seed for _, x in pairs],
-            "n_examples": len(ids)}  # fmt: skip
-
-
-# --------------------------------------------------------------------------------------------
-# the decision (V7)
-# --------------------------------------------------------------------------------------------
-
-
-def _decide(cmp: Comparison) -> None:
-    eligible: list[VariantResult] = []
-    reasons: list[str] = []
-    for v in cmp.variants[1:]:
-        failing = [f for f in v.guards if f.verdict is Verdict.FAIL]
-        why = list(v.blocked)
-        if not v.used:
-            why = [f"no comparable completed run ({_status_words(v)})"]
-        elif v.ci is not None and v.ci["low"] <= 0:
-            low, high = v.ci["low"], v.ci["high"]
-            why.append(f"the {LEVEL:.0%} CI of its {v.ci['metric']} difference "
-                       f"[{low:+.4f}, {high:+.4f}] does not lie above 0")  # fmt: skip
-        why += [f"fails {f.check} ({f.sentence})" for f in failing]
-        if why:
-            reasons.append(f"`{v.name}`: " + "; ".join(why))
-        else:
-            eligible.append(v)
-    if eligible:
-        best = max(eligible, key=lambda v: v.ci["diff"] if v.ci else -math.inf)
-        ci = best.ci or {}
-        cmp.adopted = best.name
-        others = [v.name for v in eligible if v is not best]
-        cmp.decision = (
-            f"Adopt `{best.name}`: {ci['metric']} {ci['diff']:+.4f} over the control ({LEVEL:.0%} "
-            f"CI {ci['low']:+.4f} to {ci['high']:+.4f}, seeds {ci['seeds']}, {ci['n_examples']} "
-            f"examples, {ci['resamples']} paired resamples) and every guard passes"
-            + (f"; also eligible: {', '.join(others)}" if others else "")
-            + "."
-        )
-        return
-    if len(cmp.variants) == 1:
-        reasons.append("no variant has been run")
-    control_fails = [f.check for f in cmp.variants[0].guards if f.verdict is Verdict.FAIL]
-    cmp.decision = (
-        "Keep the control: " + "; ".join(reasons) + ". Keeping the control is a valid, "
-        "re-readable conclusion (V7)."
-        + (f" Note: the control itself fails {', '.join(control_fails)}; read its guards "
-           "before relying on it (the starting model may be the better choice)."
-           if control_fails else "")
-    )  # fmt: skip
-
-
-def _status_words(v: VariantResult) -> str:
-    return "; ".join(f"{x.run_id} {x.excluded}" for x in v.runs) or "never run"
+    control_runs = stacked(scorer, [preds[c.run_id] for c, _ in pairs], ids)
+    variant_runs = stacked(scorer, [preds[x.run_id] for _, x in pairs], ids)
+    found = hierarchical_bootstrap(control_runs, variant_runs, scorer.value, resamples, seed)
+    return {"metric": scorer.metric, "diff": found.diff, "low": found.low, "high": found.high,
+            "level": LEVEL, "p_value": found.p_value, "resamples": resamples,
+            "bootstrap_seed": seed, "seeds": [x.seed for _, x in pairs],
+            "n_examples": len(ids), "method": BOOTSTRAP_METHOD}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,7 +296,9 @@ def _status_words(v: VariantResult) -> str:
 def compare_command(ws: Any, as_json: bool) -> int:
     """`tunepilot compare`: the table, the decision, and <campaign>/comparison.json.
 
-    Exit 0 with a decision (keeping the control is one), 2 when there is nothing to compare.
+    Exit 0 with a decision whose configuration passes its guards (keeping a sound control is
+    one), 1 when the configuration the decision ends on fails a guard (the kept control fails,
+    so every run fails), 2 when there is nothing to compare.
     """
     from tunepilot.console import console, print_json
     from tunepilot.data.prepare import write_json_atomic
@@ -357,7 +313,16 @@ def compare_command(ws: Any, as_json: bool) -> int:
         _print(cmp, console)
         if cmp.comparable:
             console.print(f"[dim]written to {ws.root / 'comparison.json'}[/]")
-    return 0 if cmp.comparable else 2
+    if not cmp.comparable:
+        return 2
+    return 1 if ending_fails_guards(cmp) else 0
+
+
+def ending_fails_guards(cmp: Comparison) -> bool:
+    """The configuration the decision ends on (the adopted variant, else the control) fails a
+    guard: the campaign has no result that meets its own hypothesis (H2)."""
+    ending = next(v for v in cmp.variants if v.name == (cmp.adopted or CONTROL))
+    return any(f.verdict is Verdict.FAIL for f in ending.guards)
 
 
 def _fmt(summary: dict[str, Any]) -> str:
@@ -375,12 +340,13 @@ def _print(cmp: Comparison, console: Any) -> None:
 
     metrics = HEADLINES[cmp.task]
     table = Table(title=f"{cmp.campaign}: variants vs control (mean ± std over seeds, V6)")
-    for col in ("variant", "seeds", *metrics, f"Δ {cmp.metric} vs control [{LEVEL:.0%} CI]",
+    for col in ("variant", "seeds", *metrics, f"Δ {cmp.metric} vs control [{LEVEL:.0%} CI], p",
                 "guards"):  # fmt: skip
         table.add_column(col)
     for v in cmp.variants:
         ci = v.ci
-        shown = f"{ci['diff']:+.4f} [{ci['low']:+.4f}, {ci['high']:+.4f}]" if ci else "-"
+        shown = (f"{ci['diff']:+.4f} [{ci['low']:+.4f}, {ci['high']:+.4f}] Holm p "
+                 f"{ci['p_holm']:.3f}" if ci else "-")  # fmt: skip
         fails = sum(f.verdict is Verdict.FAIL for f in v.guards)
         guards = "-" if not v.guards else ("[red]FAIL[/]" if fails else "[green]PASS[/]")
         table.add_row(v.name, f"{len(v.used)}/{len({x.seed for x in v.runs})}",

@@ -1,11 +1,21 @@
-"""The paired bootstrap behind `compare` (V6): is a variant's gain larger than the noise?
+"""The statistics behind `compare` (V6): is a variant's gain larger than the noise?
+
+Two sources of noise decide whether a gain is real: which examples the validation split holds,
+and which seed a run drew (initialisation, data order, dropout). The bootstrap here resamples
+both, hierarchically: each resample draws seeds with replacement from the seeds the control and
+the variant share, and examples with replacement from the examples they share; the control and
+the variant get the same draw (paired), so example difficulty and the seed's data order cancel
+out. Pooling the seeds first and resampling only examples would leave seed-to-seed variance
+out of the interval, and with one seed there is none to measure.
 
 A headline metric such as macro-F1 is not a mean of per-example scores, so resampling per-example
 0/1 scores would bound the wrong number. Instead each example contributes a few columns (per
 class: true positive, predicted, gold; per field: token F1, gold has it) whose column sums give
-the metric back exactly; a resample is a vector of example weights, so one matrix product per
-chunk of resamples gives the metric of every resample. Paired: the control and the variant are
-weighed with the same resample of examples, so example difficulty cancels out. numpy only.
+the metric back exactly; a resample is a vector of seed counts and one of example weights, so a
+few matrix products per chunk of resamples give the metric of every resample. numpy only.
+
+Several variants tested against one control are several chances of a lucky interval: `holm`
+adjusts their one-sided p-values (Holm's step-down, which controls the family-wise error).
 """
 
 from __future__ import annotations
@@ -75,29 +85,63 @@ def make_scorer(task: str, predictions: list[Any]) -> Scorer:
     return Scorer(key or "score", mean, lambda s: s[:, 0] / np.maximum(s[:, 1], 1e-12))
 
 
-def pooled(scorer: Scorer, runs: list[dict[str, Any]], ids: list[str]) -> Any:
-    """(examples, columns): each example's contributions averaged over the runs (seeds)."""
+def stacked(scorer: Scorer, runs: list[dict[str, Any]], ids: list[str]) -> Any:
+    """(seeds, examples, columns): each run's per-example contributions, seed by seed."""
     import numpy as np
 
-    return np.mean([[scorer.contributions(run[i]) for i in ids] for run in runs], axis=0)
+    return np.array([[scorer.contributions(run[i]) for i in ids] for run in runs], dtype=float)
 
 
-def paired_bootstrap(
+@dataclass(frozen=True)
+class Interval:
+    """value(variant) - value(control): the point estimate, its percentile interval, and the
+    one-sided bootstrap p-value of "no gain" (the share of resamples whose difference <= 0)."""
+
+    diff: float
+    low: float
+    high: float
+    p_value: float
+
+
+def hierarchical_bootstrap(
     control: Any, variant: Any, value: Callable[[Any], Any], resamples: int = RESAMPLES,
     seed: int = 0, level: float = LEVEL,
-) -> tuple[float, float, float]:  # fmt: skip
-    """(point difference, low, high): percentile interval of value(variant) - value(control)
-    over `resamples` resamples of the examples, the same resample for both sides."""
+) -> Interval:  # fmt: skip
+    """The paired, two-level bootstrap of value(variant) - value(control).
+
+    `control` and `variant` are (seeds, examples, columns), seed j of one paired with seed j of
+    the other. Each resample draws seed counts (multinomial over the seeds) and example weights
+    (multinomial over the examples); a side's statistic is value(sum over seeds of count x
+    weights @ contributions). Seeded: the same inputs and `seed` give the same interval.
+    """
     import numpy as np
 
-    n = control.shape[0]
+    k, n = control.shape[0], control.shape[1]
     rng = np.random.default_rng(seed)
     ones = np.ones((1, n))
-    point = float((value(ones @ variant) - value(ones @ control))[0])
-    uniform, diffs = np.full(n, 1.0 / n), []
+    point = float((value(ones @ variant.sum(axis=0)) - value(ones @ control.sum(axis=0)))[0])
+    diffs = []
     for start in range(0, resamples, CHUNK):
-        w = rng.multinomial(n, uniform, size=min(CHUNK, resamples - start)).astype(float)
-        diffs.append(value(w @ variant) - value(w @ control))
+        b = min(CHUNK, resamples - start)
+        seeds = rng.multinomial(k, np.full(k, 1.0 / k), size=b).astype(float)  # (b, k)
+        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=b).astype(float)  # (b, n)
+        sides = [np.einsum("bk,kbc->bc", seeds, np.stack([weights @ x for x in side]))
+                 for side in (control, variant)]  # fmt: skip
+        diffs.append(value(sides[1]) - value(sides[0]))
+    every = np.concatenate(diffs)
     tail = (1 - level) / 2
-    low, high = np.quantile(np.concatenate(diffs), [tail, 1 - tail])
-    return point, float(low), float(high)
+    low, high = np.quantile(every, [tail, 1 - tail])
+    p_value = float((1 + np.count_nonzero(every <= 0)) / (every.size + 1))
+    return Interval(point, float(low), float(high), p_value)
+
+
+def holm(p_values: dict[str, float]) -> dict[str, float]:
+    """Holm-adjusted p-values: the i-th smallest of m is multiplied by (m - i + 1), kept
+    monotone and capped at 1. A variant whose adjusted p-value is below alpha is a finding
+    with the family-wise error of all the variants held at alpha."""
+    ordered = sorted(p_values.items(), key=lambda kv: kv[1])
+    m, running, out = len(ordered), 0.0, {}
+    for i, (name, p) in enumerate(ordered):
+        running = max(running, min(1.0, (m - i) * p))
+        out[name] = running
+    return out
