@@ -3,6 +3,7 @@ variants are single explainable changes (V1, V2). Run by `tunepilot validate`.""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from tunepilot.campaign.schema import Campaign
@@ -35,6 +36,7 @@ def check_campaign(campaign: Campaign, root: Path) -> list[Problem]:
         problems.append(Problem("model.revision", f"hub id `{model.name_or_path}` without a "
                                 "revision", "pin the exact commit so every run sees the same "
                                 "weights (P4)"))
+    problems += _repeated_split_files(campaign, root)
     problems += check_variants(campaign)
     return problems
 
@@ -49,6 +51,35 @@ def campaign_warnings(campaign: Campaign) -> list[Problem]:
             f"`{campaign.model.name_or_path}` run on this machine when it loads",
             "read the model's .py files at the pinned revision first, or set it to false"))
     return warnings
+
+
+def _repeated_split_files(campaign: Campaign, root: Path) -> list[Problem]:
+    """D8: a test (or validation) file that is the train file, by path or by content, scores
+    the model on what it trained on; dedup would then empty it without saying why."""
+    if not campaign.data.files:
+        return []
+    seen: list[tuple[str, Path, str]] = []
+    problems: list[Problem] = []
+    for key, path in data_paths(campaign, root).items():
+        if not path.is_file():
+            continue
+        with path.open("rb") as handle:
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        for other, other_path, other_digest in seen:
+            if path.resolve() == other_path.resolve():
+                why = f"the same file as data.files.{other} ({path})"
+            elif digest == other_digest:
+                why = (f"identical in content to data.files.{other} ({other_path.name}, sha256 "
+                       f"{digest[:12]}...)")  # fmt: skip
+            else:
+                continue
+            problems.append(Problem(f"data.files.{key}", why,
+                                    f"give a {key} file with other examples than "
+                                    f"data.files.{other}, or leave data.files.{key} out and "
+                                    "it is carved from train by data.split"))  # fmt: skip
+            break
+        seen.append((key, path, digest))
+    return problems
 
 
 def raise_on_problems(campaign: Campaign, root: Path, source: str) -> None:

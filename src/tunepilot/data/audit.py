@@ -18,7 +18,8 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
-from tunepilot.campaign import DataSettings
+from tunepilot.campaign import DataSettings, Hypothesis
+from tunepilot.data.audit_answers import check_gold_answers
 from tunepilot.data.audit_labels import (
     FAIL,
     PASS,
@@ -31,10 +32,12 @@ from tunepilot.data.audit_labels import (
     check_class_balance,
     check_label_mapping,
     check_lengths,
+    check_position_limit,
     check_unseen_labels,
 )
 from tunepilot.data.dedup import DuplicateGroup, NearPair, build_index, exact_duplicates
 from tunepilot.data.dedup import near_duplicates as find_near_duplicates
+from tunepilot.data.generic import GenericTexts, generic_texts
 from tunepilot.data.prepared import PreparedData, RuleCount
 from tunepilot.data.split import time_key
 from tunepilot.tasks.example import Splits
@@ -49,19 +52,27 @@ def run_audit(
     task: str,
     encoder: Any = None,
     model_label_map: dict[int, str] | None = None,
+    hypothesis: Hypothesis | None = None,
+    model_config: dict[str, Any] | None = None,
 ) -> list[Finding]:
-    """Every audit check over the prepared splits, in reading order."""
+    """Every audit check over the prepared splits, in reading order.
+
+    `hypothesis` brings the answer contract (extraction); `model_config` is the base model's
+    config.json, for its position limit."""
     splits, audit = prepared.splits, data.audit
     index = build_index(splits)  # one normalisation pass shared by both duplicate searches
     groups = exact_duplicates(splits, index=index)
     threshold = audit.near_duplicate_threshold
     pairs = find_near_duplicates(splits, threshold, audit.shingle_size, index=index)
+    leakage = check_group_leakage(splits, data.fields.group)
+    generic = prepared.generic or generic_texts(splits, data.fields.group)
+    apart = data.fields.group is not None and leakage.verdict is PASS
     findings = [
         check_cleaning(prepared.cleaning),
         check_exact_within(splits, groups),
-        check_exact_across(splits, groups),
-        check_near_duplicates(splits, pairs, threshold),
-        check_group_leakage(splits, data.fields.group),
+        check_exact_across(splits, groups, generic, apart),
+        check_near_duplicates(splits, pairs, threshold, generic, apart),
+        leakage,
     ]
     if data.fields.time:
         findings.append(check_time_overlap(splits, data.fields.time, data.split.policy))
@@ -70,6 +81,12 @@ def run_audit(
         findings.append(check_class_balance(splits, prepared.label_names, audit))
         if model_label_map is not None:
             findings.append(check_label_mapping(model_label_map, prepared.label_names))
+    if task == "extraction" and hypothesis is not None:
+        findings.append(
+            check_gold_answers(splits, hypothesis.required_fields, hypothesis.target_schema)
+        )
+    if model_config is not None:
+        findings.append(check_position_limit(data.max_length, model_config))
     if encoder is not None:
         findings.append(check_lengths(splits, encoder, task, data.max_length, audit))
     return findings
@@ -117,17 +134,49 @@ def check_exact_within(splits: Splits, groups: list[DuplicateGroup]) -> Finding:
     return Finding(check, WARN, sentence, "D2", examples=ids, details={"extra_rows": extra})
 
 
-def check_exact_across(splits: Splits, groups: list[DuplicateGroup]) -> Finding:
-    """D2: an evaluation example equal to a training example measures memory, not learning."""
+def _generic_note(n: int, generic: GenericTexts | None, sample: list[str]) -> str:
+    if not n or generic is None:
+        return ""
+    return (f"; {n} more repeat generic short turns ({generic.rule}, e.g. "
+            f"{', '.join(repr(t) for t in sample[:2])}), not counted as leaks")  # fmt: skip
+
+
+def _generic_finding(check: str, n: int, generic: GenericTexts, sample: list[str],
+                     details: dict[str, Any]) -> Finding:  # fmt: skip
+    sentence = (
+        f"{n} evaluation examples repeat only generic short turns across different groups "
+        f"({generic.rule}; e.g. {', '.join(repr(t) for t in sample[:3])}): formulas the model "
+        "will meet in use, not one unit leaking into another; read them, and add "
+        "`drop_exact_duplicates` to data.cleaning if you want them out"
+    )
+    return Finding(check, WARN, sentence, "D2", details={**details, "generic": n})
+
+
+def check_exact_across(
+    splits: Splits,
+    groups: list[DuplicateGroup],
+    generic: GenericTexts | None = None,
+    groups_apart: bool = False,
+) -> Finding:
+    """D2: an evaluation example equal to a training example measures memory, not learning.
+    Generic short turns said in many groups are reported apart (WARN), never as a leak."""
     check = "exact duplicates across splits"
     repeated: dict[str, list[tuple[str, str]]] = {}
+    formulas: list[str] = []
+    n_generic = 0
     earlier_of = dict(_later(splits))
     for split, earlier in earlier_of.items():
         for g in groups:
             before = [i for s in earlier for i in g.members.get(s, [])]
             if before and g.members.get(split):
+                if generic is not None and generic.is_generic(g.text):
+                    n_generic += len(g.members[split])
+                    formulas.append(g.text)
+                    continue
                 repeated.setdefault(split, []).extend((e, before[0]) for e in g.members[split])
     if not repeated:
+        if n_generic and generic is not None:
+            return _generic_finding(check, n_generic, generic, formulas, {})
         sentence = "no evaluation example equals an earlier split's example after normalisation"
         return Finding(check, PASS, sentence, "D2")
     parts = [
@@ -136,27 +185,48 @@ def check_exact_across(splits: Splits, groups: list[DuplicateGroup]) -> Finding:
     ]
     pairs = [p for ps in repeated.values() for p in ps]
     shown = ", ".join(f"{a} = {b}" for a, b in pairs[:3])
-    sentence = (
-        f"{' and '.join(parts)} after normalisation (e.g. {shown}); "
-        "add `drop_exact_duplicates` to data.cleaning or split by group"
-    )
+    fix = ("add `drop_exact_duplicates` to data.cleaning (the groups are already apart: the same "
+           "text comes from different groups)" if groups_apart else
+           "add `drop_exact_duplicates` to data.cleaning or split by group")  # fmt: skip
+    sentence = (f"{' and '.join(parts)} after normalisation (e.g. {shown}); {fix}"
+                + _generic_note(n_generic, generic, formulas))  # fmt: skip
     details = {
         "counts": {s: len(p) for s, p in repeated.items()},
         "pairs": [list(p) for p in pairs[:50]],
+        "generic": n_generic,
     }
     ids = [a for a, _ in pairs[:SHOWN]]
     return Finding(check, FAIL, sentence, "D2", examples=ids, details=details)
 
 
-def check_near_duplicates(splits: Splits, pairs: list[NearPair], threshold: float) -> Finding:
+def check_near_duplicates(
+    splits: Splits,
+    pairs: list[NearPair],
+    threshold: float,
+    generic: GenericTexts | None = None,
+    groups_apart: bool = False,
+) -> Finding:
     """D2: near copies (a word changed, a greeting added) leak like exact ones. WARN when some
-    evaluation examples have one; FAIL above NEAR_FAIL_SHARE of an evaluation split."""
+    evaluation examples have one; FAIL above NEAR_FAIL_SHARE of an evaluation split. Pairs of
+    generic short turns are counted apart and only WARN; the advice never asks for the group
+    split when the groups are already apart."""
     check = "near duplicates across splits"
+    formulas: list[NearPair] = []
+    leaks: list[NearPair] = []
+    for p in pairs:  # a short variant of a formula ("great, thank you ...") is one too
+        formula = generic is not None and generic.is_pair_generic(p.text_a, p.text_b)
+        (formulas if formula else leaks).append(p)
+    generic_ids = {i for p in formulas for i in p.ids_b}
+    pairs = leaks
     hit: dict[str, set[str]] = {s: set() for s, _ in _later(splits)}
     for p in pairs:
         hit.setdefault(p.split_b, set()).update(p.ids_b)
     hit = {s: ids for s, ids in hit.items() if ids}
+    sample_text = [p.text_b for p in formulas]
     if not hit:
+        if formulas and generic is not None:
+            return _generic_finding(check, len(generic_ids), generic, sample_text,
+                                    {"pairs": len(formulas)})  # fmt: skip
         sentence = (
             f"no evaluation example has a near copy (shingle Jaccard >= {threshold}) "
             "in an earlier split"
@@ -168,13 +238,16 @@ def check_near_duplicates(splits: Splits, pairs: list[NearPair], threshold: floa
         f"{len(ids)} {_noun(s)} examples ({shares[s]:.1%})" for s, ids in hit.items()
     )
     shown = "; ".join(f"{p.ids_b[0]} ~ {p.ids_a[0]}, J={p.jaccard:.2f}" for p in pairs[:3])
-    if verdict is FAIL:
+    if groups_apart:
+        fix = ("the groups are already apart, so these come from different groups: read them and "
+               "remove the copies, or declare a coarser data.fields.group if they share a source")
+    elif verdict is FAIL:
         fix = "split by the unit they share (data.fields.group) or remove the copies"
     else:
         fix = "read them; remove the copies, or split by group if they share a source"
     sentence = (
         f"{counts} nearly repeat an earlier split's example (shingle Jaccard >= {threshold}; "
-        f"e.g. {shown}); {fix}"
+        f"e.g. {shown}); {fix}" + _generic_note(len(generic_ids), generic, sample_text)
     )
     sample = [
         {
@@ -191,6 +264,7 @@ def check_near_duplicates(splits: Splits, pairs: list[NearPair], threshold: floa
         "examples_per_split": {s: len(ids) for s, ids in hit.items()},
         "share_per_split": {s: round(v, 4) for s, v in shares.items()},
         "sample": sample,
+        "generic": len(generic_ids),
     }
     ids = [p.ids_b[0] for p in pairs[:SHOWN]]
     return Finding(check, verdict, sentence, "D2", examples=ids, details=details)

@@ -49,7 +49,8 @@ def check_unseen_labels(splits: Splits) -> Finding:
     }
     unseen = {s: c for s, c in unseen.items() if c}
     if not unseen:
-        sentence = f"every evaluation label occurs in training ({len(trained)} classes)"
+        classes = f"{len(trained)} class" + ("" if len(trained) == 1 else "es")
+        sentence = f"every evaluation label occurs in training ({classes})"
         return Finding(check, PASS, sentence, "D6, H2")
     names = sorted({n for c in unseen.values() for n in c})
     sentence = (
@@ -73,6 +74,13 @@ def check_class_balance(splits: Splits, label_names: list[str], audit: AuditSett
         return Finding(
             "class balance", WARN, "no labelled training examples", "H2", details=details
         )
+    if len(names) < 2:
+        sentence = (
+            f"training has a single class ({names[0]}, {train[names[0]]} examples): a classifier "
+            "of one class learns nothing and every score is trivially perfect; check "
+            "data.fields.label and the files, or give examples of at least two classes"
+        )
+        return Finding("class balance", FAIL, sentence, "H2, D6", details=details)
     big, small = max(names, key=train.__getitem__), min(names, key=train.__getitem__)
     ratio = details["ratio"] = round(train[big] / train[small], 2)
     seen = (
@@ -202,3 +210,34 @@ def check_lengths(
         return Finding(check, WARN, sentence, "D3, S6", examples=ids, details=details)
     sentence = f"tokens per example: {seen}; {len(cut)} cut at max_length {max_length}"
     return Finding(check, PASS, sentence, "D3, S6", examples=ids, details=details)
+
+
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
+
+
+def check_position_limit(max_length: int, model_config: dict[str, Any]) -> Finding:
+    """S6: a `max_length` beyond the positions the model has crashes the run with a size
+    mismatch (learned position tables) or runs outside the trained context (rotary ones), so
+    the setting is refused before any rental. Read from the model's config.json."""
+    check = "max_length vs the model's positions"
+    found = [(k, model_config[k]) for k in POSITION_KEYS if isinstance(model_config.get(k), int)]
+    if not found:
+        sentence = (
+            f"cannot check data.max_length {max_length}: the model's config.json names no "
+            f"position limit ({', '.join(POSITION_KEYS)})"
+        )
+        return Finding(check, WARN, sentence, "S6")
+    key, limit = found[0]
+    details = {"max_length": max_length, "limit": limit, "config_key": key}
+    if max_length <= limit:
+        sentence = f"data.max_length {max_length} is within the model's {key} {limit}"
+        return Finding(check, PASS, sentence, "S6", details=details)
+    sentence = (
+        f"data.max_length {max_length} exceeds the model's {key} {limit} (config.json): an "
+        f"input longer than {limit} tokens crashes the run with a size mismatch or runs "
+        f"outside the positions the model was trained on; set data.max_length to at most {limit}"
+    )
+    if model_config.get("rope_scaling"):
+        sentence += " (or confirm the config's rope_scaling covers it)"
+        return Finding(check, WARN, sentence, "S6", details=details)
+    return Finding(check, FAIL, sentence, "S6", details=details)

@@ -30,6 +30,7 @@ from tunepilot.data.readers import (
     _read_jsonl,
     _read_parquet,
     detect_format,
+    header_looks_like_data,
 )
 from tunepilot.errors import ProblemList
 from tunepilot.tasks.example import Example
@@ -68,9 +69,35 @@ def load_file(
     if not rows:
         problems.add(f"{path}:1", "no examples (only a header or blank lines)", "add rows")
     problems.raise_if_any(title)
+    if fmt in ("csv", "tsv") and data.header and data.columns is None:
+        _refuse_headerless(path, rows, columns, data, problems)
+        problems.raise_if_any(title)
     examples = _to_examples(path, rows, columns, data, task, problems)
     problems.raise_if_any(title)
     return examples
+
+
+def _refuse_headerless(
+    path: Path, rows: list[Row], columns: list[str], data: DataSettings, problems: ProblemList
+) -> None:
+    """Declared fields missing from a header that is really the first example: say so, with
+    the settings that read the file right (the generic "no such column" would mislead)."""
+    f = data.fields
+    declared = [n for n in (f.id, f.text, f.label, f.target, f.group, f.time, *f.context) if n]
+    if all(name in columns for name in declared):
+        return
+    found = header_looks_like_data(rows, columns, data)
+    if found is None:
+        return
+    why, names = found
+    problems.add(
+        f"{path}:1 data.header",
+        f"the first line is read as the header but looks like an example ({why}); the "
+        f"declared fields {', '.join(f'`{n}`' for n in declared if n not in columns)} are not "
+        "in it",
+        f"if the file has no header, set `data.header: false` and `data.columns: "
+        f"[{', '.join(names)}]` (one name per column, in file order)",
+    )
 
 
 def _to_examples(

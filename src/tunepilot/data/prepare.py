@@ -18,6 +18,7 @@ from typing import Any
 
 from tunepilot.campaign import Campaign, stable_hash
 from tunepilot.data.clean import clean
+from tunepilot.data.generic import generic_texts
 from tunepilot.data.load import load_file
 from tunepilot.data.prepared import PreparedData
 from tunepilot.data.split import SEAL_FILE, make_splits
@@ -60,6 +61,7 @@ def prepare_data(
         source = {name: [] for name in order}
         for ex in cleaned:
             source[home[ex.id]].append(ex)
+        _refuse_emptied_files(loaded, source, campaign, root)
     sealed = read_seal(root)
     splits = make_splits(source, data.split, data.fields, sealed["ids"] if sealed else None)
     label_names = _label_names(campaign, splits)
@@ -93,6 +95,9 @@ def prepare_data(
         split_policy=policy,
         folder=folder,
         test_seal=sealed,
+        # how many groups say a text is counted before drop_exact_duplicates keeps one copy
+        generic=generic_texts({"all": [ex for exs in loaded.values() for ex in exs]},
+                              data.fields.group),  # fmt: skip
     )
 
 
@@ -216,6 +221,42 @@ def _load_all(campaign: Campaign, root: Path) -> dict[str, list[Example]]:
     if problems:
         raise InputError(problems, title="cannot load the data")
     return loaded
+
+
+def _refuse_emptied_files(
+    loaded: dict[str, list[Example]],
+    kept: dict[str, list[Example]],
+    campaign: Campaign,
+    root: Path,
+) -> None:
+    """A split file whose every row cleaning removed: say which rule took them and why,
+    instead of a bare "validation empty" (or a test split that silently disappears)."""
+    from tunepilot.data.clean import duplicate_key
+
+    paths = data_paths(campaign, root)
+    problems: list[Problem] = []
+    for name, rows in loaded.items():
+        if name == "train" or not rows or kept.get(name):
+            continue
+        earlier = {duplicate_key(ex): ex for split in SPLITS if split != name
+                   for ex in loaded.get(split, [])
+                   if SPLITS.index(split) < SPLITS.index(name)}  # fmt: skip
+        copies = [(ex, earlier[duplicate_key(ex)]) for ex in rows if duplicate_key(ex) in earlier]
+        if copies and "drop_exact_duplicates" in campaign.data.cleaning:
+            shown = ", ".join(f"{a.source} = {b.source}" for a, b in copies[:3])
+            why = (f"all {len(rows)} rows of {paths[name].name} were removed by data.cleaning: "
+                   f"{len(copies)} repeat a row of an earlier split after normalisation and "
+                   f"drop_exact_duplicates keeps the earlier copy (e.g. {shown}); the file "
+                   "looks like a copy of the training data")  # fmt: skip
+            fix = (f"give a {name} file with other examples, or leave data.files.{name} out "
+                   "and it is carved from train by data.split")  # fmt: skip
+        else:
+            why = (f"all {len(rows)} rows of {paths[name].name} were removed by data.cleaning "
+                   f"({', '.join(map(str, campaign.data.cleaning))})")  # fmt: skip
+            fix = "check the text column (data.fields.text) and the cleaning rules"
+        problems.append(Problem(f"data.files.{name}", why, fix))
+    if problems:
+        raise InputError(problems, title="a split file is empty after cleaning")
 
 
 def _label_names(campaign: Campaign, splits: Splits) -> list[str]:

@@ -35,3 +35,4 @@ class PreparedData:
     split_policy: dict[str, Any]
     folder: Path | None = None
     test_seal: dict[str, Any] | None = None
+    generic: Any = None  # data.generic.GenericTexts counted before cleaning dropped copies

@@ -191,3 +191,35 @@ def _read_parquet(path: Path, problems: ProblemList) -> tuple[list[Row], list[st
 # --------------------------------------------------------------------------------------------
 # rows -> examples
 # --------------------------------------------------------------------------------------------
+
+
+def header_looks_like_data(
+    rows: list[Row], columns: list[str], data: DataSettings
+) -> tuple[str, list[str]] | None:
+    """A CSV/TSV read with its first example as the header: (why, suggested column names).
+
+    Called only when declared fields are missing from the header. The first line is data
+    when one of its cells recurs as a value of its column further down (`ham` in the SMS
+    collection), or reads like a sentence (more than 4 words). The suggestion names the
+    column with the longest values `data.fields.text` and gives the other declared fields
+    to the remaining columns in order.
+    """
+    values = {name: [str(row.get(name, "")) for _, row in rows[:2000]] for name in columns}
+    why = ""
+    for name in columns:
+        if name and name in values[name]:
+            why = f"`{name}` is also a value of that column further down"
+            break
+        if len(name.split()) > 4:
+            why = f"`{name[:40]}...` reads like text, not a column name"
+            break
+    if not why:
+        return None
+    f = data.fields
+    mean = {n: sum(map(len, v)) / max(1, len(v)) for n, v in values.items()}
+    text_at = max(range(len(columns)), key=lambda i: mean[columns[i]])
+    others = [n for n in (f.label, f.target, f.id, f.group, f.time, *f.context) if n]
+    names = []
+    for i in range(len(columns)):
+        names.append(f.text if i == text_at else (others.pop(0) if others else f"column{i + 1}"))
+    return why, names

@@ -49,7 +49,7 @@ def make_splits(
     if policy.policy == "files":
         if by_file is None or "train" not in by_file:
             raise ValueError("split policy `files` needs {split: examples} with a train entry")
-        assignment = _files(by_file, policy)
+        assignment = _files(by_file, policy, fields)
     elif policy.policy == "group":
         assignment = _by_group(flat, policy, fields)
     elif policy.policy == "time":
@@ -205,19 +205,37 @@ def _by_time(examples: Sequence[Example], policy: SplitPolicy, fields: Fields) -
     return assignment
 
 
-def _files(by_file: Mapping[str, Sequence[Example]], policy: SplitPolicy) -> dict[str, str]:
-    """The user's files as given; a missing validation/test file is carved from train."""
+def carving_unit(fields: Fields) -> str | None:
+    """What a split the tool carves must keep whole: the group if one is declared, else the
+    time order, else nothing (rows are independent)."""
+    return "group" if fields.group else "time" if fields.time else None
+
+
+def _files(
+    by_file: Mapping[str, Sequence[Example]], policy: SplitPolicy, fields: Fields
+) -> dict[str, str]:
+    """The user's files as given; a missing validation/test file is carved from train, by the
+    same unit the other policies honour: whole groups, or the latest period, so the tool
+    never creates the leak the audit would then report (D8)."""
     assignment = {ex.id: name for name in SPLITS for ex in by_file.get(name, [])}
     missing_val = "validation" not in by_file
     missing_test = "test" not in by_file
     if missing_val or missing_test:
-        carved = _stratified(
-            by_file["train"],
-            policy.validation if missing_val else 0.0,
-            policy.test if missing_test else 0.0,
-            policy.seed,
-            lambda ex: ex.label or "",
+        share = policy.model_copy(
+            update={
+                "validation": policy.validation if missing_val else 0.0,
+                "test": policy.test if missing_test else 0.0,
+            }
         )
+        train = by_file["train"]
+        unit = carving_unit(fields)
+        if unit == "group":
+            carved = _by_group(train, share, fields)
+        elif unit == "time":
+            carved = _by_time(train, share, fields)
+        else:
+            carved = _stratified(train, share.validation, share.test, policy.seed,
+                                 lambda ex: ex.label or "")  # fmt: skip
         assignment.update(carved)
     return assignment
 
@@ -257,21 +275,26 @@ def _apply_seal(
         for ex_id, name in assignment.items()
     }
     stray: list[Example] = []
-    if policy.policy == "files" and by_file is not None and "test" in by_file:
+    unit, pool = policy.policy, flat
+    if unit == "files" and by_file is not None and "test" not in by_file:
+        # A test carved from the train file keeps its unit within that file; the user's own
+        # validation file is theirs (the audit reports what it shares).
+        unit, pool = carving_unit(fields) or "files", list(by_file["train"])
+    if unit == "files" and by_file is not None and "test" in by_file:
         in_test_file = {ex.id for ex in by_file["test"]}
         stray = [ex for ex in flat if (ex.id in sealed) != (ex.id in in_test_file)]
-    elif policy.policy == "group":
-        sealed_groups = {ex.group for ex in flat if ex.id in sealed}
-        stray = [ex for ex in flat if ex.id not in sealed and ex.group in sealed_groups]
-    elif policy.policy == "time" and sealed:
-        first = min(time_key(ex.time) or (0, 0.0) for ex in flat if ex.id in sealed)
-        stray = [ex for ex in flat if ex.id not in sealed and (time_key(ex.time) or first) >= first]
+    elif unit == "group":
+        sealed_groups = {ex.group for ex in pool if ex.id in sealed}
+        stray = [ex for ex in pool if ex.id not in sealed and ex.group in sealed_groups]
+    elif unit == "time" and sealed:
+        first = min(time_key(ex.time) or (0, 0.0) for ex in pool if ex.id in sealed)
+        stray = [ex for ex in pool if ex.id not in sealed and (time_key(ex.time) or first) >= first]
     if stray:
         unit = {
             "files": "differ between the test file and the seal (in one, not the other)",
             "group": "that are not sealed share a group with the sealed test",
             "time": "that are not sealed are not earlier than the sealed test period",
-        }[policy.policy]
+        }[unit]
         raise InputError(
             [
                 Problem(

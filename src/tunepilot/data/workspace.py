@@ -93,14 +93,21 @@ class Workspace:
 
         return make_encoder(self.campaign, self.tokenizer, label_names)
 
-    def model_label_map(self) -> dict[int, str] | None:
-        """id2label of a head the base model already has (D6), read from config.json only."""
+    def model_config(self) -> dict[str, Any] | None:
+        """The base model's config.json as a mapping (no weights loaded), or None."""
         import json
 
         config_file = Path(self.model_source.path) / "config.json"
         if not config_file.is_file():
             return None
         config = json.loads(config_file.read_text(encoding="utf-8"))
+        return config if isinstance(config, dict) else None
+
+    def model_label_map(self) -> dict[int, str] | None:
+        """id2label of a head the base model already has (D6), read from config.json only."""
+        config = self.model_config()
+        if config is None:
+            return None
         architectures = config.get("architectures") or []
         if not any(a.endswith("ForSequenceClassification") for a in architectures):
             return None
