@@ -12,6 +12,7 @@ from tunepilot.campaign.loading import (
     validate_mapping,
 )
 from tunepilot.campaign.schema import (
+    CLASSIFICATION_TASKS,
     Budget,
     Campaign,
     ClassificationGuards,
@@ -31,6 +32,7 @@ from tunepilot.campaign.schema import (
 )
 
 __all__ = [
+    "CLASSIFICATION_TASKS",
     "Budget",
     "Campaign",
     "ClassificationGuards",

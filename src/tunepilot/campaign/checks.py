@@ -20,8 +20,9 @@ def data_paths(campaign: Campaign, root: Path) -> dict[str, Path]:
 
 def check_campaign(campaign: Campaign, root: Path) -> list[Problem]:
     problems: list[Problem] = []
+    folders_ok = campaign.hypothesis.task == "image_classification"  # a folder per class
     for key, path in data_paths(campaign, root).items():
-        if not path.is_file():
+        if not (path.is_file() or (folders_ok and path.is_dir())):
             dotted = "data.file" if key == "file" else f"data.files.{key}"
             problems.append(Problem(dotted, f"no such file {path}",
                                     "fix the path (relative paths start at the campaign folder)"))

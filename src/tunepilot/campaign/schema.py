@@ -24,7 +24,10 @@ from pydantic import (
     model_validator,
 )
 
-TaskKind = Literal["classification", "extraction", "format"]
+from tunepilot.campaign.image_settings import ImageSettings
+
+TaskKind = Literal["classification", "extraction", "format", "image_classification"]
+CLASSIFICATION_TASKS = ("classification", "image_classification")
 
 
 class Strict(BaseModel):
@@ -122,6 +125,11 @@ class Hypothesis(Strict):
                 raise ValueError(f"not a valid JSON Schema {problem}")
         return schema
 
+    @property
+    def is_classification(self) -> bool:
+        """One label per example (text or image): the same head, loss, metrics and guards."""
+        return self.task in CLASSIFICATION_TASKS
+
 
 # --------------------------------------------------------------------------------------------
 # model (P1, P4)
@@ -193,6 +201,9 @@ class Fields(Strict):
 
     id: str | None = Field(default=None, description="Example id column; row number if absent.")
     text: str = "text"
+    image: str | None = Field(
+        default=None, description="Image path column (image_classification), relative to the file."
+    )
     label: str | None = Field(default=None, description="Class name column (classification).")
     target: str | None = Field(default=None, description="JSON answer column (extraction).")
     group: str | None = Field(
@@ -257,6 +268,7 @@ class DataSettings(Strict):
     )
     mask_prompt: bool = Field(default=True, description="Prompt tokens carry no loss (D5).")
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    images: ImageSettings = Field(default_factory=ImageSettings)
 
     @field_validator("labels")
     @classmethod
@@ -396,6 +408,14 @@ class Campaign(Strict):
         task = self.hypothesis.task
         if task == "classification" and not self.data.fields.label:
             raise ValueError("a classification campaign needs `data.fields.label`")
+        if task == "image_classification":
+            if "cleaning" not in self.data.model_fields_set:
+                self.data.cleaning = []  # text rules would rewrite file paths
+            elif self.data.cleaning:
+                raise ValueError(
+                    "data.cleaning rules apply to text; an image campaign takes none "
+                    "(declare image transforms in data.images.augment)"
+                )
         if task in ("extraction", "format") and not self.data.fields.target:
             raise ValueError(f"a {task} campaign needs `data.fields.target`")
         if "control" in self.variants:

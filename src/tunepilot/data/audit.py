@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
-from tunepilot.campaign import DataSettings, Hypothesis
+from tunepilot.campaign import CLASSIFICATION_TASKS, DataSettings, Hypothesis
 from tunepilot.data.audit_answers import check_gold_answers
 from tunepilot.data.audit_labels import (
     FAIL,
@@ -76,7 +76,7 @@ def run_audit(
     ]
     if data.fields.time:
         findings.append(check_time_overlap(splits, data.fields.time, data.split.policy))
-    if task == "classification":
+    if task in CLASSIFICATION_TASKS:
         findings.append(check_unseen_labels(splits))
         findings.append(check_class_balance(splits, prepared.label_names, audit))
         if model_label_map is not None:

@@ -7,7 +7,7 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from tunepilot.campaign.schema import AuditSettings
+from tunepilot.campaign.schema import CLASSIFICATION_TASKS, AuditSettings
 from tunepilot.errors import InputError
 from tunepilot.tasks.example import SPLITS, Splits
 from tunepilot.verdict import Finding, Verdict
@@ -189,7 +189,7 @@ def check_lengths(
         ids = [i for i, _ in failed[:SHOWN]]
         details["unencodable"] = failed[:50]
         return Finding(check, FAIL, sentence, "D3", examples=ids, details=details)
-    if answer_cut and task != "classification":
+    if answer_cut and task not in CLASSIFICATION_TASKS:
         needed = details["needed_max_length"] = max(n for _, n in answer_cut)
         sentence = (
             f"{len(answer_cut)} examples lose answer tokens at max_length {max_length} (e.g. "

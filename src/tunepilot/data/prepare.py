@@ -16,9 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tunepilot.campaign import Campaign, stable_hash
+from tunepilot.campaign import CLASSIFICATION_TASKS, Campaign, stable_hash
 from tunepilot.data.clean import clean
 from tunepilot.data.generic import generic_texts
+from tunepilot.data.images_load import load_images
 from tunepilot.data.load import load_file
 from tunepilot.data.prepared import PreparedData
 from tunepilot.data.split import SEAL_FILE, make_splits
@@ -117,15 +118,20 @@ def encoding_identity(campaign: Campaign, label_names: list[str]) -> dict[str, A
     """What the data version includes about encoding (D1). The label order is in it because
     it fixes which class id each name gets (D6)."""
     m, d, task = campaign.model, campaign.data, campaign.hypothesis.task
-    return {
+    identity = {
         "task": task,
         "model": m.name_or_path,
         "revision": m.revision,
         "max_length": d.max_length,
-        "template": d.template if task != "classification" else None,
+        "template": d.template if task not in CLASSIFICATION_TASKS else None,
         "mask_prompt": d.mask_prompt,
         "label_names": label_names,
     }
+    if task == "image_classification":  # transforms are versioned as cleaning rules are
+        identity["images"] = d.images.model_dump(
+            mode="json", include={"augment", "exif_transpose", "max_pixels"}
+        )
+    return identity
 
 
 def read_seal(root: Path) -> dict[str, Any] | None:
@@ -190,8 +196,12 @@ def _load_all(campaign: Campaign, root: Path) -> dict[str, list[Example]]:
     problems: list[Problem] = []
     loaded: dict[str, list[Example]] = {}
     for name, path in data_paths(campaign, root).items():
+        split = None if name == "all" else name
         try:
-            loaded[name] = load_file(path, data, task, None if name == "all" else name)
+            if task == "image_classification":
+                loaded[name] = load_images(path, data, task, split, root)
+            else:
+                loaded[name] = load_file(path, data, task, split)
         except InputError as exc:
             problems.extend(exc.problems)
     seen: dict[str, Example] = {}
@@ -262,7 +272,7 @@ def _refuse_emptied_files(
 def _label_names(campaign: Campaign, splits: Splits) -> list[str]:
     """Declared labels in their order, else the sorted training labels (classification only).
     Evaluation labels unseen in training are the audit's FAIL to report, not an error here."""
-    if campaign.hypothesis.task != "classification":
+    if not campaign.hypothesis.is_classification:
         return []
     if campaign.data.labels:
         return list(campaign.data.labels)

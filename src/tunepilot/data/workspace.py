@@ -66,7 +66,7 @@ class Workspace:
             "model": m.name_or_path,
             "revision": m.revision,
             "max_length": d.max_length,
-            "template": d.template if self.campaign.hypothesis.task != "classification" else None,
+            "template": None if self.campaign.hypothesis.is_classification else d.template,
             "mask_prompt": d.mask_prompt,
         }
 
@@ -84,14 +84,20 @@ class Workspace:
 
     @cached_property
     def tokenizer(self) -> Any:
-        from tunepilot.model.base import load_tokenizer
+        """The base's preprocessor: its tokenizer, or its image processor for images."""
+        from tunepilot.model.base import load_image_processor, load_tokenizer
 
-        return load_tokenizer(self.model_source, self.campaign.model.trust_remote_code)
+        load = (
+            load_image_processor
+            if self.campaign.hypothesis.task == "image_classification"
+            else load_tokenizer
+        )
+        return load(self.model_source, self.campaign.model.trust_remote_code)
 
     def encoder(self, label_names: list[str]) -> Any:
         from tunepilot.tasks import make_encoder
 
-        return make_encoder(self.campaign, self.tokenizer, label_names)
+        return make_encoder(self.campaign, self.tokenizer, label_names, self.root)
 
     def model_config(self) -> dict[str, Any] | None:
         """The base model's config.json as a mapping (no weights loaded), or None."""
@@ -109,6 +115,7 @@ class Workspace:
         if config is None:
             return None
         architectures = config.get("architectures") or []
-        if not any(a.endswith("ForSequenceClassification") for a in architectures):
+        heads = ("ForSequenceClassification", "ForImageClassification")
+        if not any(a.endswith(heads) for a in architectures):
             return None
         return {int(k): v for k, v in (config.get("id2label") or {}).items()}

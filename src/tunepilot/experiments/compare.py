@@ -249,7 +249,7 @@ def _mean_metrics(all_metrics: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _deltas(campaign: Campaign, metrics: dict[str, Any], ref: dict[str, Any]) -> dict[str, float]:
     """Per class (guard metric) or per field (token F1): metrics minus reference."""
-    if campaign.hypothesis.task == "classification":
+    if campaign.hypothesis.is_classification:
         block, key = "per_class", campaign.hypothesis.classification_guards.metric
     else:
         block, key = "per_field", "token_f1"

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tunepilot.campaign import CLASSIFICATION_TASKS
+
 RESAMPLES, LEVEL = 2000, 0.95
 CHUNK = 250  # resamples per matrix product: bounds memory at CHUNK x examples weights
 
@@ -47,7 +49,7 @@ def make_scorer(task: str, predictions: list[Any]) -> Scorer:
     import numpy as np
 
     rows = [p.row or {} for p in predictions]
-    if task == "classification" and all("gold" in r and "pred" in r for r in rows):
+    if task in CLASSIFICATION_TASKS and all("gold" in r and "pred" in r for r in rows):
         names = sorted({str(r[k]) for r in rows for k in ("gold", "pred")})
 
         def cls(p: Any) -> list[float]:

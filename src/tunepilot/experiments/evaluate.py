@@ -21,6 +21,7 @@ from tunepilot.errors import InputError, Problem
 from tunepilot.tasks.base import IGNORE_INDEX
 from tunepilot.tasks.example import Example
 from tunepilot.tasks.metrics import classification_metrics, extraction_metrics, format_metrics
+from tunepilot.train.batching import collate, model_inputs
 
 PROCEDURE_VERSION = 2
 """Bumped whenever this procedure changes what a number means; part of the config hash."""
@@ -120,8 +121,12 @@ def evaluate(
 
 
 def pad_id_of(tokenizer: Any) -> int:
-    """pad, else EOS (Llama-style tokenizers have no pad), else 0: masked positions anyway."""
-    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+    """pad, else EOS (Llama-style tokenizers have no pad), else 0: masked positions anyway.
+    An image processor has neither (images are not padded): 0, never read."""
+    for candidate in (
+        getattr(tokenizer, "pad_token_id", None),
+        getattr(tokenizer, "eos_token_id", None),
+    ):
         if candidate is not None:
             return int(candidate)
     return 0
@@ -165,8 +170,8 @@ def _classify(
     for i in range(0, len(examples), batch_size):
         chunk = examples[i : i + batch_size]
         encoded = [encoder.encode(e) for e in chunk]
-        ids, mask = _batch([e.input_ids for e in encoded], pad, left=False, device=device)
-        logits = model(input_ids=ids, attention_mask=mask).logits.float()
+        inputs = model_inputs(collate(encoded, "classification", pad))  # as training builds it
+        logits = model(**{k: v.to(device) for k, v in inputs.items()}).logits.float()
         gold = torch.tensor([e.labels[0] for e in encoded], device=logits.device)
         loss_sum += torch.nn.functional.cross_entropy(logits, gold, reduction="sum").item()
         preds = logits.argmax(dim=-1).tolist()

@@ -40,7 +40,7 @@ def check_guards(
     comparable baseline): the vs-baseline guard then WARNs that it could not be judged, the
     vs-control guard is simply not part of the list.
     """
-    if campaign.hypothesis.task == "classification":
+    if campaign.hypothesis.is_classification:
         return classification_guards(campaign, metrics, baseline_metrics, control_metrics)
     return format_guards(campaign, metrics)
 

@@ -73,8 +73,11 @@ class Session:
                 if campaign.data == self.ws.campaign.data
                 else _prepare_for(self.ws, campaign)
             )
-            encoder = make_encoder(campaign, self.ws.tokenizer, prepared.label_names)
-            train = [encoder.encode(e) for e in prepared.splits["train"]]
+            encoder = make_encoder(
+                campaign, self.ws.tokenizer, prepared.label_names, self.ws.root
+            )
+            augmented = encoder.training_view()
+            train = [augmented.encode(e) for e in prepared.splits["train"]]
             validation = [encoder.encode(e) for e in prepared.splits["validation"]]
             self._encodings[key] = Encoded(prepared, encoder, train, validation)
         return self._encodings[key]
@@ -85,11 +88,13 @@ class Session:
         from tunepilot.train.rng import seed_everything
 
         encoded = self.encoded(campaign)
-        kind = "classification" if campaign.hypothesis.task == "classification" else "causal_lm"
+        kind = "classification" if campaign.hypothesis.is_classification else "causal_lm"
+        if campaign.hypothesis.task == "image_classification":
+            kind = "image_classification"
         seed_everything(seed)  # the new head and LoRA's A matrices draw from here
         loaded = load_model(
             self.ws.model_source, kind, campaign.model, encoded.prepared.label_names or None,
-            pad_token_id=self.ws.tokenizer.pad_token_id,
+            pad_token_id=getattr(self.ws.tokenizer, "pad_token_id", None),
         )  # fmt: skip
         return apply_method(loaded, campaign.model)
 
@@ -115,7 +120,7 @@ def _device_of(model: Any) -> str:
 
 
 def model_kind(campaign: Campaign) -> str:
-    return "classification" if campaign.hypothesis.task == "classification" else "causal_lm"
+    return "classification" if campaign.hypothesis.is_classification else "causal_lm"
 
 
 def run_campaign_for(ws: Workspace, variant: str, seed: int) -> Campaign:

@@ -402,3 +402,26 @@ def load_tokenizer(source: ModelSource, trust_remote_code: bool = False) -> Any:
         if note not in source.notes:
             source.notes.append(note)
     return tokenizer
+
+
+def load_image_processor(source: ModelSource, trust_remote_code: bool = False) -> Any:
+    """The base's own image processor (resize, rescale, normalise as it was pretrained)."""
+    from transformers import AutoImageProcessor
+
+    try:
+        with quiet_transformers():
+            return AutoImageProcessor.from_pretrained(
+                str(source.path), trust_remote_code=trust_remote_code
+            )
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            [
+                Problem(
+                    "model.name_or_path",
+                    f"no usable image processor in {source.path} "
+                    f"({str(exc).splitlines()[0][:200]})",
+                    "save it next to the model (`AutoImageProcessor...save_pretrained(dir)`)",
+                )
+            ],
+            title="image processor not available",
+        ) from exc

@@ -26,9 +26,18 @@ from tunepilot.errors import InputError, Problem
 from tunepilot.model.base import ModelSource, quiet_transformers
 from tunepilot.verdict import Finding, Verdict
 
-ModelKind = Literal["classification", "causal_lm"]
+ModelKind = Literal["classification", "causal_lm", "image_classification"]
 _LINEAR_TYPES = ("Linear", "Conv1D")  # nn.Linear and GPT-2 style transformers Conv1D
 _PEFT_PREFIX = "base_model.model."
+
+
+AUTO_CLASSES: dict[str, str] = {
+    "classification": "AutoModelForSequenceClassification",
+    "causal_lm": "AutoModelForCausalLM",
+    "image_classification": "AutoModelForImageClassification",
+}
+"""The transformers Auto class per model kind; export writes the same name into bundle.json."""
+PEFT_TASK_TYPES = {"classification": "SEQ_CLS", "causal_lm": "CAUSAL_LM"}
 
 
 class SetupFailure(InputError):
@@ -83,7 +92,8 @@ def load_model(
     classification with decoder models finds the last real token through it.
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+    import transformers
+    from transformers import AutoConfig
 
     kwargs: dict[str, Any] = {
         "dtype": dtype or torch.float32,
@@ -95,7 +105,7 @@ def load_model(
         kwargs["attn_implementation"] = settings.attn_implementation
     notes: list[str] = []
     saved_labels = None
-    if task_kind == "classification":
+    if task_kind != "causal_lm":
         if not label_names:
             raise ValueError("classification needs label_names in the campaign's id order")
         saved_labels = _checkpoint_labels(
@@ -108,9 +118,7 @@ def load_model(
             "id2label": dict(enumerate(label_names)),
             "label2id": {name: i for i, name in enumerate(label_names)},
         }
-        auto = AutoModelForSequenceClassification
-    else:
-        auto = AutoModelForCausalLM
+    auto = getattr(transformers, AUTO_CLASSES[task_kind])
     try:
         with quiet_transformers():
             model, info = auto.from_pretrained(str(source.path), **kwargs)
@@ -299,7 +307,9 @@ def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
             if lora.target_modules == ["all-linear"]
             else list(lora.target_modules),
             modules_to_save=list(lora.modules_to_save) or None,
-            task_type="SEQ_CLS" if loaded.task_kind == "classification" else "CAUSAL_LM",
+            # peft's SEQ_CLS wrapper forwards input_ids only: an image model gets the plain
+            # wrapper, its new head saved through modules_to_save (checked just below).
+            task_type=PEFT_TASK_TYPES.get(loaded.task_kind),
         )
         with warnings.catch_warnings():
             # peft still asks transformers' deprecated `is_gradient_checkpointing`

@@ -117,3 +117,32 @@ def build_tiny_bert(
         model = BertModel(config)
     model.save_pretrained(str(directory), safe_serialization=True)
     return directory
+
+
+def build_tiny_vit(directory: str | Path, seed: int = 0, image_size: int = 32) -> Path:
+    """A 2-layer ViT encoder (patch 8, hidden 32) and its image processor, saved to `directory`.
+
+    Only the encoder is saved, so loading it for image classification creates a new head, as
+    with a real pretrained backbone. The processor is transformers' Pillow implementation, which
+    needs no torchvision and decodes the same way on every machine.
+    """
+    import torch
+    from transformers import ViTConfig, ViTModel
+    from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = ViTConfig(
+        image_size=image_size,
+        patch_size=8,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+    )
+    torch.manual_seed(seed)
+    ViTModel(config, add_pooling_layer=False).save_pretrained(str(directory))
+    processor = ViTImageProcessorPil(size={"height": image_size, "width": image_size})
+    processor.save_pretrained(str(directory))
+    return directory

@@ -367,6 +367,7 @@ def child_main(spec_path: str) -> int:
     from tunepilot.campaign import TrainingSettings
     from tunepilot.campaign.variants import CONTROL
     from tunepilot.data.workspace import Workspace
+    from tunepilot.experiments.evaluate import pad_id_of
     from tunepilot.experiments.runner import Session, run_campaign_for
     from tunepilot.train.loop import train
 
@@ -381,9 +382,8 @@ def child_main(spec_path: str) -> int:
     saved = json.loads((folder / "state.json").read_text(encoding="utf-8"))
     next_ids = _next_batch_ids(encoded.train, settings, saved["sampler"], 0)
     model = session.build_model(campaign, int(spec["seed"])).to(spec["device"])
-    kind = "classification" if campaign.hypothesis.task == "classification" else "causal_lm"
-    tok = ws.tokenizer
-    pad = next((int(c) for c in (tok.pad_token_id, tok.eos_token_id) if c is not None), 0)
+    kind = "classification" if campaign.hypothesis.is_classification else "causal_lm"
+    pad = pad_id_of(ws.tokenizer)
     result = train(model, encoded.train, settings, run_dir, kind=kind, pad_id=pad, resume=folder,
                    progress=False)  # fmt: skip
     out = {

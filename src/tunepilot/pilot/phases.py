@@ -121,16 +121,13 @@ class PilotState:
 
     @property
     def kind(self) -> str:
-        task = self.campaign.hypothesis.task
-        return "classification" if task == "classification" else "causal_lm"
+        return "classification" if self.campaign.hypothesis.is_classification else "causal_lm"
 
     @property
     def pad_id(self) -> int:
-        tok = self.ws.tokenizer
-        for candidate in (tok.pad_token_id, tok.eos_token_id):
-            if candidate is not None:
-                return int(candidate)
-        return 0
+        from tunepilot.experiments.evaluate import pad_id_of
+
+        return pad_id_of(self.ws.tokenizer)
 
     def default_inputs(self) -> dict[str, Any]:
         """The configured shape; the pilot itself is one process, so its world size is 1."""

@@ -328,8 +328,7 @@ def _per_class(ws: Workspace, baseline: dict[str, Any], cmp: dict[str, Any] | No
                runs: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
     """Per class (per field) scores of the baseline, the control and the best variant: the
     seed mean of each variant's compared runs (comparison.json), the baseline's last one."""
-    task = ws.campaign.hypothesis.task
-    if task == "classification":
+    if ws.campaign.hypothesis.is_classification:
         block, metric = "per_class", ws.campaign.hypothesis.classification_guards.metric
     else:
         block, metric = "per_field", "token_f1"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tunepilot.campaign import CLASSIFICATION_TASKS
 from tunepilot.measure.memory import human_bytes
 from tunepilot.report.elements import (
     badge,
@@ -80,7 +81,7 @@ def hypothesis(d: dict[str, Any]) -> str:
     task = cur.get("task")
     guards = (
         cur.get("classification_guards")
-        if task == "classification"
+        if task in CLASSIFICATION_TASKS
         else {**(cur.get("extraction_guards") or {}), "required_fields": cur.get("required_fields")}
     )
     html = dl([("behaviour (H1)", e(cur.get("behaviour"))), ("task", e(task)),
@@ -126,7 +127,7 @@ def _relevant(body: dict[str, str], task: Any) -> dict[str, str]:
     defaults nobody chose, and showing them would suggest they were judged."""
     skip = (
         ("extraction_guards", "required_fields", "target_schema")
-        if task == "classification"
+        if task in CLASSIFICATION_TASKS
         else ("classification_guards",)
     )
     return {k: v for k, v in body.items() if not k.startswith(skip)}

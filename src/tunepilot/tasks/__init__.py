@@ -6,6 +6,7 @@ audit's truncation check, training and evaluation all encode the same way (D3, D
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tunepilot.campaign import Campaign
@@ -15,15 +16,18 @@ from tunepilot.tasks.classification import ClassificationEncoder
 from tunepilot.tasks.generation import GenerationEncoder
 
 
-def make_encoder(campaign: Campaign, tokenizer: Any, label_names: list[str]) -> TaskEncoder:
+def make_encoder(
+    campaign: Campaign, tokenizer: Any, label_names: list[str], root: Path | None = None
+) -> TaskEncoder:
     """The encoder for `campaign.hypothesis.task`, built from the campaign's data settings.
 
     `label_names` is the class list in id order (PreparedData.label_names); it is required for
-    classification and ignored otherwise.
+    classification and ignored otherwise. For images `tokenizer` is the model's image processor
+    and `root` the campaign folder the image paths are relative to.
     """
     data = campaign.data
     task = campaign.hypothesis.task
-    if task == "classification":
+    if campaign.hypothesis.is_classification:
         if not label_names:
             raise InputError(
                 [
@@ -34,6 +38,12 @@ def make_encoder(campaign: Campaign, tokenizer: Any, label_names: list[str]) -> 
                     )
                 ],
                 title="invalid label mapping",
+            )
+        if task == "image_classification":
+            from tunepilot.tasks.images import ImageEncoder
+
+            return ImageEncoder(
+                tokenizer, label_names, data.images, root or Path("."), seed=data.split.seed
             )
         return ClassificationEncoder(
             tokenizer, label_names, data.max_length, context_fields=data.fields.context

@@ -20,6 +20,8 @@ class Encoded:
     `labels` is per token for causal LMs (IGNORE_INDEX where no loss), and a one-element list
     holding the class id for sequence classification. `prompt_length` is the number of leading
     tokens that belong to the prompt; `target_truncated` says max_length cut answer tokens (S6).
+    An image example has no tokens: `pixel_values` holds the processed (channels, height, width)
+    tensor and `input_ids` stays empty.
     """
 
     example_id: str
@@ -29,6 +31,7 @@ class Encoded:
     truncated: bool
     target_truncated: bool
     full_length: int
+    pixel_values: Any = None
 
     @property
     def loss_tokens(self) -> int:
@@ -48,4 +51,8 @@ class TaskEncoder(Protocol):
 
     def describe(self) -> dict[str, Any]:
         """Identity of the encoding (tokenizer, max_length, template) for the data version."""
+        ...
+
+    def training_view(self) -> TaskEncoder:
+        """The encoder for the training split: itself, or with training-only augmentation."""
         ...

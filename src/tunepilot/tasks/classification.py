@@ -52,6 +52,14 @@ class ClassificationEncoder:
         max_length: int,
         context_fields: list[str] | None = None,
     ) -> None:
+        self._set_labels(label_names)
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.context_fields = list(context_fields or [])
+        self._identity = tokenizer_identity(tokenizer)
+
+    def _set_labels(self, label_names: list[str]) -> None:
+        """The one label mapping (D6): names in id order, each once."""
         problems = []
         if not label_names:
             problems.append(
@@ -68,13 +76,9 @@ class ClassificationEncoder:
             )
         if problems:
             raise InputError(problems, title="invalid label mapping")
-        self.tokenizer = tokenizer
         self.label_names = list(label_names)
         self.label2id: dict[str, int] = {name: i for i, name in enumerate(self.label_names)}
         self.id2label: dict[int, str] = dict(enumerate(self.label_names))
-        self.max_length = max_length
-        self.context_fields = list(context_fields or [])
-        self._identity = tokenizer_identity(tokenizer)
 
     def segments(self, example: Example) -> tuple[str, str | None]:
         """The text, and the context fields as a second segment ("field: value" lines)."""
@@ -140,6 +144,9 @@ class ClassificationEncoder:
 
     def expected_target(self, example: Example) -> str:
         return f"{example.label} (id {self.label_id(example)})"
+
+    def training_view(self) -> ClassificationEncoder:
+        return self
 
     def describe(self) -> dict[str, Any]:
         return {

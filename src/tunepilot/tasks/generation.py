@@ -208,6 +208,9 @@ class GenerationEncoder:
     def expected_target(self, example: Example) -> str:
         return self.answer_text(example)
 
+    def training_view(self) -> GenerationEncoder:
+        return self
+
     def describe(self) -> dict[str, Any]:
         chat = getattr(self.tokenizer, "chat_template", None)
         return {

@@ -181,10 +181,16 @@ def collate(examples: Sequence[Encoded], kind: Kind, pad_id: int) -> dict[str, t
     """Pad to the longest example of this microbatch (dynamic padding), on the right.
 
     Causal LM labels are padded with IGNORE_INDEX so padding never carries loss; a
-    classification microbatch gets one class id per example.
+    classification microbatch gets one class id per example. Image examples are stacked into
+    `pixel_values` (the processor already gave them one size): nothing to pad, no mask.
     """
     import torch
 
+    if examples and examples[0].pixel_values is not None:
+        return {
+            "pixel_values": torch.stack([e.pixel_values for e in examples]),
+            "labels": _class_ids(examples),
+        }
     width = max(len(e.input_ids) for e in examples)
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(examples), width), dtype=torch.long)
@@ -203,14 +209,26 @@ def collate(examples: Sequence[Encoded], kind: Kind, pad_id: int) -> dict[str, t
             labels[row, : len(e.labels)] = torch.tensor(e.labels, dtype=torch.long)
         batch["labels"] = labels
     else:
-        for e in examples:
-            if len(e.labels) != 1:
-                raise ValueError(
-                    f"example {e.example_id}: classification needs one class id, "
-                    f"found {len(e.labels)} labels"
-                )
-        batch["labels"] = torch.tensor([e.labels[0] for e in examples], dtype=torch.long)
+        batch["labels"] = _class_ids(examples)
     return batch
+
+
+def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What the model's forward takes from a collated microbatch: everything but the labels
+    (the loss is computed here, summed, never by the model)."""
+    return {k: v for k, v in batch.items() if k != "labels"}
+
+
+def _class_ids(examples: Sequence[Encoded]) -> torch.Tensor:
+    import torch
+
+    for e in examples:
+        if len(e.labels) != 1:
+            raise ValueError(
+                f"example {e.example_id}: classification needs one class id, "
+                f"found {len(e.labels)} labels"
+            )
+    return torch.tensor([e.labels[0] for e in examples], dtype=torch.long)
 
 
 def count_targets(batch: dict[str, torch.Tensor], kind: Kind) -> int:

@@ -199,6 +199,8 @@ def run_identity(settings: Any, data: Sequence[Any]) -> dict[str, str]:
         digest.update(e.example_id.encode("utf-8") + b"\0")
         digest.update(array("q", e.input_ids).tobytes() + b"\1")
         digest.update(array("q", e.labels).tobytes() + b"\2")
+        if e.pixel_values is not None:  # an image example's input is its pixels
+            digest.update(e.pixel_values.contiguous().numpy().tobytes())
     return {
         "settings_hash": stable_hash({k: v for k, v in dumped.items() if k not in NOT_TRAJECTORY}),
         "data_version": digest.hexdigest()[:16],

@@ -343,8 +343,8 @@ def backward_update(
         with contextlib.nullcontext() if last or not is_ddp else model.no_sync():
             with autocast():
                 extra = {"use_cache": False} if kind == "causal_lm" else {}
-                ids, mask = batch["input_ids"], batch["attention_mask"]
-                logits = model(input_ids=ids, attention_mask=mask, **extra).logits
+                inputs = {k: v for k, v in batch.items() if k != "labels"}  # token ids or pixels
+                logits = model(**inputs, **extra).logits
             loss = summed_loss(logits, batch["labels"], kind) * weight
             scaled = loss / normaliser
             (scaler.scale(scaled) if scaler is not None else scaled).backward()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tunepilot.errors import input_error
 
-TASKS = ("classification", "extraction", "format")
+TASKS = ("classification", "extraction", "format", "image_classification")
 
 
 def template_text(task: str) -> str:

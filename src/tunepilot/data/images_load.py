@@ -1,0 +1,98 @@
+"""Image campaigns' data sources -> `Example`s: a folder per class, or a table of paths (D1).
+
+An image example's `text` is its path relative to the campaign folder (posix), and
+`context["image_sha256"]` the sha256 of the file's bytes: the data version therefore changes
+when a picture changes, and stays the same when the campaign folder moves. A table (CSV, TSV,
+JSONL, Parquet) goes through the text loader (ids, labels, groups and times read exactly as
+for text) with `data.fields.image` as the path column, paths relative to the table's folder.
+
+Files are hashed here, never decoded: an unreadable or oversized image is the audit's FAIL
+(naming the file), and training refuses it with exit 2; a *missing* file is a load error.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tunepilot.campaign import DataSettings
+from tunepilot.data.load import load_file
+from tunepilot.errors import ProblemList
+from tunepilot.tasks.example import Example
+from tunepilot.tasks.image_files import file_hash
+
+HASH_KEY = "image_sha256"
+
+
+def load_images(
+    path: Path, data: DataSettings, task: str, split_name: str | None, root: Path
+) -> list[Example]:
+    """Every example of one image source; raises InputError listing every problem."""
+    path, root = Path(path), Path(root).resolve()
+    title = f"cannot load the {split_name} images {path}" if split_name else f"cannot load {path}"
+    if path.is_dir():
+        return _class_folders(path, root, title)
+    problems = ProblemList(str(path))
+    if not data.fields.image:
+        problems.add(
+            "data.fields.image",
+            f"{path} is a table, and no column is named as the image path",
+            "set data.fields.image to the column holding each image's path (relative to the "
+            "table), or point data.file at a folder with one sub-folder per class",
+        )
+    if not data.fields.label:
+        problems.add("data.fields.label", "no label column", "set data.fields.label")
+    problems.raise_if_any(title)
+    assert data.fields.image is not None
+    fields = data.fields.model_copy(update={"text": data.fields.image})
+    rows = load_file(path, data.model_copy(update={"fields": fields}), task, split_name)
+    out = []
+    for ex in rows:
+        file = (path.parent / ex.text).resolve()
+        if not file.is_file():
+            problems.add(
+                ex.source,
+                f"image `{ex.text}` not found (looked at {file})",
+                "fix the path (relative to the table's folder) or remove the row",
+            )
+            continue
+        relative = Path(os.path.relpath(file, root)).as_posix()
+        context = {**ex.context, HASH_KEY: file_hash(file)}
+        out.append(Example(ex.id, relative, ex.source, ex.label, None, ex.group, ex.time, context))
+    problems.raise_if_any(title)
+    return out
+
+
+def _class_folders(folder: Path, root: Path, title: str) -> list[Example]:
+    """One sub-folder per class; every non-hidden file in it is an example (a stray file is
+    reported by the audit as undecodable, never skipped in silence)."""
+    problems = ProblemList(str(folder))
+    classes = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        problems.add(
+            str(folder),
+            "no class sub-folders",
+            "put each class's images in a sub-folder named after the class",
+        )
+    problems.raise_if_any(title)
+    out = []
+    for class_dir in classes:
+        files = sorted(
+            p for p in class_dir.rglob("*") if p.is_file() and not p.name.startswith(".")
+        )
+        if not files:
+            problems.add(str(class_dir), "an empty class folder", "add images or remove it")
+        for file in files:
+            inside = file.relative_to(folder).as_posix()
+            relative = Path(os.path.relpath(file.resolve(), root)).as_posix()
+            out.append(
+                Example(
+                    id=inside,
+                    text=relative,
+                    source=str(file),
+                    label=class_dir.name,
+                    context={HASH_KEY: file_hash(file)},
+                )
+            )
+    problems.raise_if_any(title)
+    return out

@@ -1,0 +1,111 @@
+"""The image demo's data: real handwritten digits with the problems real image folders have.
+
+The digits are scikit-learn's bundled copy of the UCI handwritten digits (1,797 images of
+8 x 8 pixels, 16 grey levels, 10 classes). They are written as one folder per class, then the
+problems the audit must catch are planted, each in files whose names say what they are:
+
+* `7/` is stored at 16 x 16 while every other class is 8 x 8: image size alone identifies a
+  class (a camera or source that differs per class);
+* `4/` is stored as RGBA: the colour mode alone identifies a class;
+* a few images of `3/` store their pixels rotated and carry an EXIF orientation tag
+  (`*-exif6.png`), as phone photos do;
+* some images are copied byte for byte (`*-copy.png`) or resized (`*-resized.png`): with a
+  random split they straddle train and evaluation (exact and near duplicates, D2).
+
+`bad_image_files` writes the files that must never crash anything: an empty file, text named
+`.png`, a truncated PNG and a 20000 x 20000 decompression bomb of a few hundred bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+
+BIG_CLASS, RGBA_CLASS, EXIF_CLASS = "7", "4", "3"
+
+
+def write_digit_folders(folder: Path, per_class: int | None = None, planted: bool = True) -> Path:
+    """Write `folder/<digit>/<index>.png`; `per_class` caps each class (None: all 1,797)."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    folder = Path(folder)
+    counts: dict[str, int] = {}
+    written: dict[str, list[Path]] = {}
+    for index, (pixels, target) in enumerate(zip(digits.images, digits.target, strict=True)):
+        label = str(int(target))
+        if per_class is not None and counts.get(label, 0) >= per_class:
+            continue
+        counts[label] = counts.get(label, 0) + 1
+        grey = Image.fromarray((255 - pixels * 255 / 16).astype(np.uint8), mode="L")  # ink dark
+        path = folder / label / f"{index:04d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if planted and label == BIG_CLASS:
+            grey = grey.resize((16, 16), Image.Resampling.NEAREST)
+        if planted and label == RGBA_CLASS:
+            grey = grey.convert("RGBA")
+        grey.save(path)
+        written.setdefault(label, []).append(path)
+    if planted:
+        _plant(written)
+    return folder
+
+
+def _plant(written: dict[str, list[Path]]) -> None:
+    """EXIF-rotated files, exact copies and resized copies (see the module docstring)."""
+    from PIL import Image
+
+    for path in written[EXIF_CLASS][:4]:
+        with Image.open(path) as image:
+            stored = image.transpose(Image.Transpose.ROTATE_90)  # what the sensor wrote
+            exif = Image.Exif()
+            exif[274] = 6  # "rotate 90 clockwise to view": undoes the stored rotation
+            stored.save(path.with_name(f"{path.stem}-exif6.png"), exif=exif)
+        path.unlink()
+    for label in ("0", "1", "2"):
+        for path in written[label][:3]:
+            (path.with_name(f"{path.stem}-copy.png")).write_bytes(path.read_bytes())
+        for path in written[label][3:6]:
+            with Image.open(path) as image:
+                bigger = image.resize((24, 24), Image.Resampling.BICUBIC).resize(
+                    image.size, Image.Resampling.BICUBIC
+                )
+                bigger.save(path.with_name(f"{path.stem}-resized.png"))
+
+
+def bad_image_files(folder: Path) -> dict[str, Path]:
+    """The four files that must give a FAIL or exit 2 naming them, never a traceback."""
+    from PIL import Image
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    empty = folder / "empty.png"
+    empty.write_bytes(b"")
+    text = folder / "notes-not-an-image.png"
+    text.write_text("this is a text file with an image's extension\n", encoding="utf-8")
+    whole = folder / "whole.png"
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(whole)
+    truncated = folder / "truncated.png"
+    truncated.write_bytes(whole.read_bytes()[:120])
+    whole.unlink()
+    bomb = folder / "bomb-20000x20000.png"
+    bomb.write_bytes(_png_header_only(20000, 20000))
+    return {"empty": empty, "text": text, "truncated": truncated, "bomb": bomb}
+
+
+def _png_header_only(width: int, height: int) -> bytes:
+    """A valid PNG signature and header claiming width x height, with almost no pixel data:
+    the shape of a decompression bomb (a decoder that trusts the header allocates it all)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit greyscale
+    pixels = zlib.compress(b"\0" * (width + 1))  # one row of the claimed many
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
