@@ -402,6 +402,11 @@ class Campaign(Strict):
     seeds: Seeds = Field(default_factory=lambda: [0], description="Every variant runs each seed.")
     test_policy: TestPolicy = Field(default_factory=TestPolicy)
     rental: Rental = Field(default_factory=Rental)
+    tracking: list[Literal["tensorboard", "mlflow"]] = Field(
+        default_factory=list,
+        description="Trackers that also receive every run's curve and evaluations "
+        "(under <campaign>/tracking/); the ledger stays the source of truth.",
+    )
 
     @model_validator(mode="after")
     def _task_needs_its_fields(self) -> Campaign:
@@ -424,7 +429,8 @@ class Campaign(Strict):
 
     def config_hash(self) -> str:
         """A short, stable hash of the resolved campaign (recorded with every run)."""
-        return stable_hash(self.model_dump(mode="json"))
+        # Trackers copy what a run records; they change nothing it computes.
+        return stable_hash(self.model_dump(mode="json", exclude={"tracking"}))
 
 
 SEEDS = TypeAdapter(Seeds)

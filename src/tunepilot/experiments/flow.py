@@ -14,12 +14,12 @@ from tunepilot.errors import input_error
 
 
 def _open_ledger(ws: Workspace) -> Any:
-    from tunepilot.console import console
+    from tunepilot.console import error_console
     from tunepilot.ledger import Ledger
 
     ledger = Ledger.open(ws.ledger_path)
-    for dead in ledger.interrupted_on_open:
-        console.print(f"[yellow]marked {dead.run_id} interrupted[/]: {dead.reason}")
+    for dead in ledger.interrupted_on_open:  # stderr: a --json stdout holds the document only
+        error_console.print(f"[yellow]marked {dead.run_id} interrupted[/]: {dead.reason}")
     try:
         check_hypothesis(ws, ledger)
     except Exception:
@@ -140,9 +140,10 @@ def retry(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool) -> 
 def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after: int | None,
         as_json: bool) -> int:
     """Variants x seeds, one after the other; a failure is recorded and the sweep goes on."""
-    from tunepilot.console import console, print_json
+    from tunepilot.console import console, error_console, print_json
     from tunepilot.experiments.runner import Session, execute_run
 
+    say = error_console if as_json else console  # --json: stdout holds the document only
     names = variants or variant_names(ws.campaign)
     unknown = [v for v in names if v not in variant_names(ws.campaign)]
     if unknown:
@@ -153,10 +154,10 @@ def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after
     with _open_ledger(ws) as ledger:
         for name in names:
             for seed in parse_seeds(seeds, ws.campaign.seeds):
-                console.print(f"[bold]run[/] {name} seed {seed}")
+                say.print(f"[bold]run[/] {name} seed {seed}")
                 outcome = execute_run(session, ledger, name, seed, stop_after=stop_after)
                 outcomes.append(outcome)
-                console.print(f"  {outcome.run_id}: {outcome.status} ({outcome.reason}) "
+                say.print(f"  {outcome.run_id}: {outcome.status} ({outcome.reason}) "
                               f"{_headline(outcome.metrics)}")
     if as_json:
         print_json([_outcome_json(o) for o in outcomes])

@@ -144,6 +144,30 @@ def write_run_files(run_dir: Path, campaign: Campaign, extra: dict[str, Any]) ->
     (run_dir / "env.json").write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
 
 
+def trackers_for(
+    ws: Workspace, campaign: Campaign, run_id: str, variant: str, seed: int, data_version: str
+) -> list[Any]:
+    """The trackers the campaign turned on (`tracking:`), told which run this is."""
+    from tunepilot.train.tracking import RunInfo, open_trackers
+
+    if not campaign.tracking:
+        return []
+    t, m = campaign.training, campaign.model
+    identity = {"variant": variant, "seed": seed, "data_version": data_version,
+                "config_hash": campaign.config_hash(),
+                "task": campaign.hypothesis.task}  # fmt: skip
+    params = {**identity, "lr": t.lr, "microbatch": t.microbatch, "accumulation": t.accumulation,
+              "scheduler": t.scheduler, "precision": t.precision, "method": m.method,
+              "base_model": m.name_or_path, "base_revision": m.revision}  # fmt: skip
+    if m.method == "lora":
+        params.update(lora_r=m.lora.r, lora_alpha=m.lora.alpha,
+                      lora_target_modules=",".join(m.lora.target_modules))  # fmt: skip
+    tags = {"hypothesis": campaign.hypothesis.behaviour,
+            **{k: str(v) for k, v in identity.items()}}  # fmt: skip
+    info = RunInfo(run_id, ws.campaign.name, params, tags)
+    return open_trackers(list(campaign.tracking), ws.root, info)
+
+
 def execute_run(
     session: Session,
     ledger: Any,
@@ -202,7 +226,8 @@ def execute_run(
             model, encoded.train, campaign.training, run_dir, kind=model_kind(campaign),
             pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point,
             resume=run_dir if resume_run_id else None, on_update=on_update,
-            progress=progress, stop_after=stop_after,
+            progress=progress, stop_after=stop_after, label=f"training {run_id}",
+            sinks=trackers_for(ws, campaign, run_id, variant, seed, data_version),
         )  # fmt: skip
     except KeyboardInterrupt:
         ledger.set_status(run_id, "interrupted", "stopped from the keyboard; resume it with "

@@ -43,6 +43,7 @@ from tunepilot.experiments.runner import (
     pad_id_of,
     predictions_from_rows,
     run_campaign_for,
+    trackers_for,
     write_run_files,
 )
 from tunepilot.train.checkpoint import unwrap
@@ -136,6 +137,9 @@ def execute_distributed_run(
                 pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point,
                 resume=run_dir if resume else None, rank=ctx.rank, world_size=ctx.world_size,
                 on_update=on_update, progress=progress, stop_after=stop_after,
+                label=f"training {run_id}", sinks=trackers_for(
+                    ws, campaign, run_id, variant, seed, encoded.prepared.version
+                ) if ctx.is_main else (),
             )  # fmt: skip
             status = LEDGER_STATUS[result.status]
             if status == "completed" and not last_eval and (ctx.is_main or is_fully_sharded(model)):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tunepilot.errors import input_error
 from tunepilot.model.build import enable_activation_checkpointing
+from tunepilot.progress import Progress
 from tunepilot.tasks.base import Encoded
 from tunepilot.train import rng
 from tunepilot.train.arithmetic import UpdatePlan, plan_updates
@@ -54,7 +54,7 @@ from tunepilot.train.distributed import (
     save_gathered_checkpoint,
 )
 from tunepilot.train.precision import autocast_and_scaler
-from tunepilot.train.records import finite_json, rewind_jsonl, write_line
+from tunepilot.train.records import Records, RecordSink
 from tunepilot.train.schedule import lr_at
 
 if TYPE_CHECKING:
@@ -92,13 +92,16 @@ def train(
     on_update: Callable[[dict[str, Any]], None] | None = None,
     progress: bool | None = None,
     stop_after: int | None = None,
+    sinks: Sequence[RecordSink] = (),
+    label: str = "training",
 ) -> TrainResult:
     """Train `model` in place on `train_data` under `settings` (a TrainingSettings).
 
     `resume` is a step folder, or a run folder whose latest checkpoint is taken.
     `stop_after` ends this call once the run has applied that many updates (status
     "paused", checkpoint written): a planned interruption, e.g. to test resume (R1).
-    `progress` shows a bar on rank 0; None means "when stderr is a terminal".
+    `progress` False hides rank 0's progress (a bar on a terminal, a line a minute in logs).
+    Records go to metrics.jsonl / evals.jsonl and then to `sinks` (trackers, rank 0 only).
     With world_size > 1 the process group must be initialised; a DDP-wrapped or FSDP2
     (`fully_shard`) model syncs its own gradients, a plain one is synced here. Under FSDP2
     every rank also runs `evaluate` (its forwards are collectives). Every rank joins
@@ -143,7 +146,7 @@ def train(
 
     # Resume needs the optimizer built (its state is loaded into it) and comes before the
     # generators are restored, which must be the very last thing before the loop.
-    metrics_path, evals_path = run_dir / "metrics.jsonl", run_dir / "evals.jsonl"
+    records = Records(run_dir, rank, sinks)
     done, examples_seen, elapsed_before = 0, 0, 0.0
     last_checkpoint: Path | None = None
     if resume is not None:
@@ -162,15 +165,13 @@ def train(
             scaler.load_state_dict(state["grad_scaler"])
         done, examples_seen = state["update"], state["examples_seen"]
         elapsed_before, last_checkpoint = state["elapsed_seconds"], folder
-        if rank == 0:  # lines written after the checkpoint belong to a future that was lost
-            rewind_jsonl(metrics_path, done)
-            rewind_jsonl(evals_path, done)
+        records.rewind(done)
         generators = rng.of_rank(state, state["rng_tensors"], rank)
         if generators is not None:
             rng.restore(*generators)
         else:  # a checkpoint that saved rank 0's generators only: restart from a derived seed
             rng.seed_everything(settings.seed + 1_000_003 * rank + done)
-    elif rank == 0 and metrics_path.exists() and metrics_path.stat().st_size:
+    elif rank == 0 and records.metrics_path.exists() and records.metrics_path.stat().st_size:
         raise input_error(
             str(run_dir), "this run folder already holds metrics",
             "resume it, or start a new run id (a retry never replaces a run, V3)",
@@ -184,7 +185,7 @@ def train(
     reason = f"budget of {total} updates reached"
     last_loss: float | None = None
     update_seconds: list[float] = []
-    bar = _progress_bar(total, done) if rank == 0 and _want_progress(progress) else None
+    bar = Progress(label, total, "updates", done=done, show=rank == 0 and progress is not False)
 
     def elapsed() -> float:
         return elapsed_before + time.monotonic() - start
@@ -205,6 +206,9 @@ def train(
     deterministic_before = torch.are_deterministic_algorithms_enabled()
     if device.type == "cpu":  # CUDA would also need CUBLAS_WORKSPACE_CONFIG; CPU is exact
         torch.use_deterministic_algorithms(True)
+    ended = "failed"  # what the trackers hear if an exception leaves the loop
+    bar.start()
+    records.start(done)
     try:
         while done < total:
             tick = time.perf_counter()
@@ -256,7 +260,7 @@ def train(
             if status != "completed":
                 reason += "; the update was not applied"
                 record.update(stopped=status, seconds=round(elapsed(), 3))
-                write_line(metrics_path, finite_json(record), rank)
+                records.update(record)
                 optimizer.zero_grad(set_to_none=True)
                 break
 
@@ -277,15 +281,14 @@ def train(
                 torch.cuda.synchronize()  # the clock must see the work, not its launch
             update_seconds.append(time.perf_counter() - tick)
             record.update(seconds=round(elapsed(), 3), update_seconds=round(update_seconds[-1], 4))
-            write_line(metrics_path, record, rank)
+            records.update(record)
             if on_update is not None:
                 on_update(record)
-            if bar is not None:
-                bar[0].update(bar[1], completed=done, description=f"loss {loss:.4f}")
+            bar.advance(done, f"loss {loss:.4f}")
 
             # 5. Evaluate and checkpoint on their schedules (rank 0 holds the files).
             if evaluate is not None and joins and done % settings.eval_every == 0:
-                _evaluate(model, evaluate, evals_path, done, rank)
+                _evaluate(model, evaluate, records, done)
             if settings.checkpoint_every and done % settings.checkpoint_every == 0:
                 last_checkpoint = checkpoint()
 
@@ -304,12 +307,13 @@ def train(
         if status != "diverged":
             last_eval_due = status != "paused" and done % settings.eval_every
             if evaluate is not None and joins and last_eval_due:
-                _evaluate(model, evaluate, evals_path, done, rank)
+                _evaluate(model, evaluate, records, done)
             if last_checkpoint is None or last_checkpoint.name != f"step-{done:06d}":
                 last_checkpoint = checkpoint()
+        ended = status
     finally:
-        if bar is not None:
-            bar[0].stop()
+        bar.stop(ended)
+        records.close(ended)
         torch.use_deterministic_algorithms(deterministic_before)
 
     return TrainResult(
@@ -380,7 +384,7 @@ def _all_reduce_grads(params: list[Any]) -> None:
 
 
 def _evaluate(
-    model: Any, evaluate: Callable[[Any], dict[str, Any]], path: Path, done: int, rank: int
+    model: Any, evaluate: Callable[[Any], dict[str, Any]], records: Records, done: int
 ) -> None:
     """Evaluate without moving the training generators, then back to training mode."""
     import torch
@@ -392,19 +396,4 @@ def _evaluate(
             metrics = evaluate(inner)
         finally:
             inner.train()
-    write_line(path, {"update": done, "eval": metrics}, rank)
-
-
-def _want_progress(progress: bool | None) -> bool:
-    return sys.stderr.isatty() if progress is None else progress
-
-
-def _progress_bar(total: int, done: int) -> tuple[Any, Any]:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    bar = Progress(*columns, TextColumn("updates"), console=Console(stderr=True))
-    task = bar.add_task("training", total=total, completed=done)
-    bar.start()
-    return bar, task
+    records.evaluation(done, metrics)

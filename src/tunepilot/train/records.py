@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 
 def finite_json(record: dict[str, Any]) -> dict[str, Any]:
@@ -36,3 +37,67 @@ def rewind_jsonl(path: Path, update: int) -> None:
         except (json.JSONDecodeError, KeyError, TypeError):
             continue
     path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+
+
+class RecordSink(Protocol):
+    """Somewhere the loop's records also go (a tracker such as TensorBoard or MLflow).
+
+    The run's JSONL files and the ledger stay the source of truth; a sink is a copy for the
+    tools a team already reads. `start` gets the update the run continues from (0, or the
+    checkpoint's on resume); `update` one applied or refused update's record; `evaluation` one
+    validation point; `close` the loop's end status.
+    """
+
+    name: str
+
+    def start(self, update: int) -> None: ...
+    def update(self, record: dict[str, Any]) -> None: ...
+    def evaluation(self, update: int, metrics: dict[str, Any]) -> None: ...
+    def close(self, status: str) -> None: ...
+
+
+class Records:
+    """Where every record of a run goes: its JSONL files first, then each sink.
+
+    Only rank 0 writes. A sink that raises is switched off with one line on stderr naming it
+    and the error; the run, its files and the ledger carry on untouched.
+    """
+
+    def __init__(self, run_dir: Path, rank: int, sinks: Sequence[RecordSink] = ()) -> None:
+        self.metrics_path, self.evals_path = run_dir / "metrics.jsonl", run_dir / "evals.jsonl"
+        self.rank = rank
+        self.sinks = list(sinks) if rank == 0 else []
+
+    def rewind(self, update: int) -> None:
+        """On resume: lines written after the checkpoint belong to a future that was lost."""
+        if self.rank == 0:
+            rewind_jsonl(self.metrics_path, update)
+            rewind_jsonl(self.evals_path, update)
+
+    def start(self, update: int) -> None:
+        self._each("start", update)
+
+    def update(self, record: dict[str, Any]) -> None:
+        write_line(self.metrics_path, finite_json(record), self.rank)
+        self._each("update", record)
+
+    def evaluation(self, update: int, metrics: dict[str, Any]) -> None:
+        write_line(self.evals_path, {"update": update, "eval": metrics}, self.rank)
+        self._each("evaluation", update, metrics)
+
+    def close(self, status: str) -> None:
+        self._each("close", status)
+
+    def _each(self, method: str, *args: Any) -> None:
+        for sink in list(self.sinks):
+            try:
+                getattr(sink, method)(*args)
+            except Exception as exc:  # a tracker never fails a run: say so once, carry on
+                self.sinks.remove(sink)
+                from tunepilot.console import error_console
+
+                error_console.print(
+                    f"[yellow]warning:[/] tracker {sink.name} stopped ({type(exc).__name__}: "
+                    f"{exc}); the run goes on, its metrics are in metrics.jsonl and the ledger",
+                    highlight=False, soft_wrap=True,
+                )  # fmt: skip
