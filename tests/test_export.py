@@ -216,6 +216,42 @@ def test_r3_readme_has_the_plain_load_snippet_and_the_labels(classification_expo
     assert "import tunepilot" not in readme
 
 
+def test_issue12_4_readme_is_a_hub_model_card_huggingface_hub_parses_offline(
+    classification_export,
+) -> None:
+    """The metadata block goes through huggingface_hub's own parser (ModelCard.load builds a
+    ModelCardData and turns model-index into EvalResults, raising on a malformed one)."""
+    from huggingface_hub import ModelCard
+    from huggingface_hub.repocard_data import model_index_to_eval_results
+
+    from tunepilot.ledger import Ledger
+
+    ws, run_id, bundle = classification_export
+    card = ModelCard.load(bundle / "README.md", ignore_metadata_errors=False)
+    data = card.data
+    assert data.library_name == "peft" and data.pipeline_tag == "text-classification"
+    assert {"tunepilot", "classification", "lora"} <= set(data.tags)
+    base = json.loads((bundle / "base.json").read_text())
+    assert data.base_model is None  # a local folder is not a Hub id; its revision still is
+    assert data.to_dict()["base_model_revision"] == base["resolved_commit"]
+    with Ledger.open(ws.ledger_path) as ledger:
+        evaluation = [e for e in ledger.evaluations(run_id=run_id) if e.split == "validation"][-1]
+        n = len(ledger.predictions(evaluation.id))
+    name, results = model_index_to_eval_results(card.data.to_dict()["model-index"])
+    assert name == f"tiny-classification-{run_id}"
+    by_metric = {r.metric_type: r for r in results}
+    for metric in ("macro_f1", "accuracy"):
+        result = by_metric[metric]
+        assert result.metric_value == pytest.approx(evaluation.metrics[metric], abs=1e-6)
+        assert result.dataset_split == "validation"
+        assert result.dataset_revision == evaluation.data_version
+        low, high = map(float, result.metric_name.split("95% CI ")[1].split(",")[0].split("-"))
+        assert low <= result.metric_value <= high and f"n={n}" in result.metric_name
+    body = card.text
+    assert "## Observed limits" in body and f"validation split has {n} examples" in body
+    assert "PeftModel.from_pretrained(base, " in body  # the load snippet survives the card
+
+
 def test_r3_export_refuses_to_overwrite_an_existing_export(classification_export) -> None:
     from tunepilot.deliver.export import export_run
 

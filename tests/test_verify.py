@@ -210,6 +210,33 @@ def test_r2_changed_control_logits_fail_naming_the_input(copy: Path) -> None:
     assert "max |logit difference| 1.00e-03" in bad.sentence
 
 
+def test_issue12_4_merge_writes_a_full_model_that_replays_the_controls(
+    classification, tmp_path: Path
+) -> None:
+    """`export --merge`: merged/ is a plain safetensors model in the base's dtype, and the
+    new-process check replays the same control inputs on it (R2)."""
+    from safetensors import safe_open
+
+    from tunepilot.deliver.export import export_run
+    from tunepilot.deliver.verify import verify_bundle
+
+    ws, bundle, _ = classification
+    merged_bundle = export_run(ws, bundle.name, tmp_path / "merged-export", merge=True)
+    merged = merged_bundle / "merged"
+    assert (merged / "model.safetensors").is_file() and (merged / "config.json").is_file()
+    assert not (merged / "adapter_config.json").exists()
+    with safe_open(str(merged / "model.safetensors"), "pt") as handle:
+        names = list(handle.keys())
+        dtypes = {str(handle.get_tensor(k).dtype) for k in names}
+    assert dtypes == {"torch.float32"} and not any("lora_" in k for k in names)
+    findings = verify_bundle(merged_bundle)
+    assert worst(findings) is Verdict.PASS, [f.sentence for f in fails(findings)]
+    replays = [f for f in findings if f.check == "merged control replay"]
+    assert len(replays) == 1 and replays[0].sentence.startswith("merged/: 8 control inputs")
+    spec = json.loads((merged_bundle / "bundle.json").read_text())
+    assert spec["merged"] == "merged" and spec["weights"] == "adapter"
+
+
 def test_r2_causal_lm_lora_bundle_replays_identical_greedy_text(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

@@ -25,17 +25,21 @@ def export(
     run_id: Annotated[str, typer.Argument(help="A completed run, e.g. lr-2e-4-s0-1.")],
     args: CampaignArgs = None,
     out: Annotated[Path | None, typer.Option(help="Bundle folder (default exports/RUN).")] = None,
+    merge: Annotated[
+        bool, typer.Option("--merge", help="Also write the adapter merged into its base "
+                           "(merged/, safetensors, the base's dtype).")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Write a bundle a colleague can load without tunepilot: adapter (PEFT format) or model,
     tokenizer, resolved campaign, base id + revision + weight hashes, environment, metrics,
-    control inputs, README and MANIFEST.json (P4, R3).
+    control inputs, MANIFEST.json and a README that is a Hub model card (P4, R3).
 
-    Example: tunepilot export control-s0-1 campaign.yaml
+    Example: tunepilot export control-s0-1 campaign.yaml --merge
     """
     from tunepilot.deliver.export import export_command
 
-    run_body(lambda: export_command(open_workspace(args), run_id, out, as_json))
+    run_body(lambda: export_command(open_workspace(args), run_id, out, as_json, merge))
 
 
 @app.command()

@@ -354,7 +354,17 @@ def check_bundle(bundle: Path, base_override: Path | None = None) -> list[dict[s
     findings.append(finding("reload", PASS, "R2", f"loaded {type(model).__name__} with plain "
                             "transformers + peft (safetensors only, no remote code)"))  # fmt: skip
     controls = json.loads((bundle / "control.json").read_text(encoding="utf-8"))
-    return findings + replay(model, tokenizer, controls)
+    findings += replay(model, tokenizer, controls)
+    if spec.get("merged"):  # `export --merge`: the merged full model must replay the same
+        try:
+            model, tokenizer = load_bundle(bundle / spec["merged"], {**spec, "weights": "full"},
+                                           None)  # fmt: skip
+        except Exception as exc:
+            return [*findings, finding("merged reload", FAIL, "R2", f"{spec['merged']}/ does "
+                                       f"not load: {type(exc).__name__}: {exc}"[:400])]  # fmt: skip
+        findings += [{**f, "check": f"merged {f['check']}", "sentence": f"{spec['merged']}/: "
+                      f"{f['sentence']}"} for f in replay(model, tokenizer, controls)]  # fmt: skip
+    return findings
 
 
 def main(argv: list[str] | None = None) -> int:

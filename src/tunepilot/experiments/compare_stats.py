@@ -147,3 +147,21 @@ def holm(p_values: dict[str, float]) -> dict[str, float]:
         running = max(running, min(1.0, (m - i) * p))
         out[name] = running
     return out
+
+
+def interval(
+    contributions: Any, value: Callable[[Any], Any], resamples: int = RESAMPLES, seed: int = 0,
+    level: float = LEVEL,
+) -> tuple[float, float, float]:  # fmt: skip
+    """(point, low, high): one run's metric on (examples, columns) contributions, with its
+    percentile bootstrap interval over resamples of the examples (a model card's spread)."""
+    import numpy as np
+
+    n = contributions.shape[0]
+    rng = np.random.default_rng(seed)
+    point = float(value(np.ones((1, n)) @ contributions)[0])
+    draws = (rng.multinomial(n, np.full(n, 1.0 / n), size=min(CHUNK, resamples - start))
+             for start in range(0, resamples, CHUNK))  # example weights, a chunk at a time
+    values = [value(w.astype(float) @ contributions) for w in draws]
+    low, high = np.quantile(np.concatenate(values), [(1 - level) / 2, (1 + level) / 2])
+    return point, float(low), float(high)

@@ -1,0 +1,136 @@
+"""The bundle's model card: the YAML metadata block the Hugging Face Hub reads, and the limits.
+
+The card is built with `huggingface_hub`'s own `ModelCardData` and `EvalResult`, so what the
+Hub parses (base_model, library_name, pipeline_tag, tags, the model-index with the chosen run's
+evaluation) is what tunepilot wrote; `huggingface_hub.ModelCard` reads it back offline. The
+README body keeps the 3-line loading snippet; this module adds the metadata in front and the
+observed limits after the results.
+
+A number without its spread misleads on a small validation split, so each reported metric
+carries its 95% bootstrap interval over the validation examples (the same resampling
+`compare` uses), in the metric's display name and in the Results table.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PIPELINE_TAG = {"classification": "text-classification", "causal_lm": "text-generation"}
+SMALL_VALIDATION = 200  # below this many examples one example moves accuracy by > 0.5 points
+
+
+@dataclass
+class CardMetric:
+    """One reported metric of the chosen run on the validation split, with its interval."""
+
+    name: str
+    value: float
+    low: float | None
+    high: float | None
+    n: int | None  # validation examples behind it; None when the predictions were not kept
+
+    def shown(self) -> str:
+        spread = f" (95% CI {self.low:.3f}-{self.high:.3f})" if self.low is not None else ""
+        return f"{self.value:.4f}{spread}" + (f", n={self.n}" if self.n else "")
+
+    def label(self) -> str:
+        """The Hub's metric display name: the interval travels with the number."""
+        inside = ([f"95% CI {self.low:.3f}-{self.high:.3f}"] if self.low is not None else []) + (
+            [f"n={self.n}"] if self.n else [])  # fmt: skip
+        return f"{self.name} ({', '.join(inside)})" if inside else self.name
+
+
+def card_metrics(task: str, predictions: list[Any], metrics: dict[str, Any]) -> list[CardMetric]:
+    """The headline metric (and accuracy for classification) with bootstrap intervals."""
+    from tunepilot.experiments.compare_stats import interval, make_scorer, stacked
+
+    ids = [p.example_id for p in predictions]
+    one_run = [{p.example_id: p for p in predictions}]
+    scorers = [make_scorer(task, predictions)] if predictions else []
+    if task == "classification" and predictions:
+        scorers.append(make_scorer("accuracy", predictions))  # mean of per-example correct
+    out: list[CardMetric] = []
+    for scorer in scorers:
+        point, low, high = interval(stacked(scorer, one_run, ids)[0], scorer.value)
+        name = "accuracy" if scorer.metric == "score" and task == "classification" else (
+            scorer.metric)  # fmt: skip
+        out.append(CardMetric(name, point, low, high, len(ids)))
+    headline = {m.name for m in out}
+    for key, value in metrics.items():  # the run's other numbers, without an interval
+        if isinstance(value, int | float) and not isinstance(value, bool) and key not in (
+                *headline, "n"):  # fmt: skip
+            out.append(CardMetric(key, float(value), None, None, len(ids) or None))
+    return out
+
+
+def observed_limits(
+    kind: str, metrics: dict[str, Any], n_validation: int, audit: dict[str, Any] | None
+) -> list[str]:
+    """What this adapter's evidence cannot claim (L5), from its own evaluation and audit."""
+    limits = []
+    if 0 < n_validation < SMALL_VALIDATION:
+        limits.append(f"The validation split has {n_validation} examples: an interval above "
+                      "is wide, and one example moves accuracy by "
+                      f"{100 / max(n_validation, 1):.1f} points.")  # fmt: skip
+    per_class = metrics.get("per_class") or {}
+    unseen = sorted(c for c, m in per_class.items() if not (m or {}).get("support"))
+    if unseen:
+        limits.append(f"No validation example for {', '.join(unseen)} (n=0): nothing here "
+                      "says how the model does on them.")  # fmt: skip
+    scored = sorted((m.get("f1", 0.0), c) for c, m in per_class.items() if (m or {}).get("support"))
+    if scored and scored[0][0] < 0.5:
+        weak = ", ".join(f"{c} (F1 {f:.2f})" for f, c in scored[:3] if f < 0.5)
+        limits.append(f"Weakest classes on validation: {weak}.")
+    for f in (audit or {}).get("findings", []):
+        if f.get("verdict") in ("WARN", "FAIL"):
+            limits.append(f"Data audit {f['verdict']} ({f.get('check')}): {f.get('sentence')}")
+    if kind == "causal_lm":
+        limits.append("Outputs were checked with greedy decoding only; sampling settings were "
+                      "not evaluated.")  # fmt: skip
+    return limits or ["None observed in this run's validation and data audit."]
+
+
+def card_header(
+    spec: dict[str, Any], source: Any, cards: list[CardMetric], data_name: str
+) -> str:
+    """The `---` YAML block the Hub reads, built by huggingface_hub's own ModelCardData."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    on_hub = source.kind in ("hub", "bundled")
+    revision = source.resolved_commit or source.revision
+    task_type = PIPELINE_TAG[spec["model_kind"]]
+    results = [
+        EvalResult(
+            task_type=task_type, dataset_type=data_name, dataset_name=f"{data_name} (validation)",
+            dataset_split="validation", dataset_revision=spec["data_version"],
+            metric_type=m.name, metric_value=round(m.value, 6), metric_name=m.label(),
+        )  # fmt: skip
+        for m in cards
+    ]
+    data = ModelCardData(
+        base_model=source.name if on_hub else None,
+        library_name="peft" if spec["weights"] == "adapter" else "transformers",
+        pipeline_tag=task_type,
+        tags=["tunepilot", spec["task"], *(["lora"] if spec["method"] == "lora" else [])],
+        model_name=f"{spec['campaign']}-{spec['run_id']}",
+        eval_results=results or None,
+        base_model_revision=revision,
+        tunepilot_run=spec["run_id"],
+        tunepilot_data_version=spec["data_version"],
+    )
+    return f"---\n{data.to_yaml()}\n---\n\n"
+
+
+def results_and_limits(cards: list[CardMetric], limits: list[str]) -> str:
+    """The Results list (with intervals) and the Observed limits section of the body."""
+    results = "\n".join(f"- {m.name}: {m.shown()}" for m in cards)
+    limit_lines = "\n".join(f"- {x}" for x in limits)
+    return f"{results}\n\n## Observed limits\n\n{limit_lines}\n"
+
+
+def read_audit(root: Path, data_version: str) -> dict[str, Any] | None:
+    path = root / "data" / data_version / "audit.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
