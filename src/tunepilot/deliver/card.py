@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PIPELINE_TAG = {"classification": "text-classification", "causal_lm": "text-generation"}
+PIPELINE_TAG = {"classification": "text-classification", "causal_lm": "text-generation",
+                "image_classification": "image-classification"}
 SMALL_VALIDATION = 200  # below this many examples one example moves accuracy by > 0.5 points
 
 
