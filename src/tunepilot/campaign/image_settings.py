@@ -31,8 +31,13 @@ def _check_augmentation(step: Any) -> str | dict[str, float]:
         return step
     if isinstance(step, dict) and len(step) == 1:
         ((name, value),) = step.items()
-        bounds = {"center_crop": (0, 1), "random_crop": (0, 1), "color_jitter": (0, 1),
-                  "rotate": (0, 180), "resize": (1, 100_000)}  # fmt: skip
+        bounds = {
+            "center_crop": (0, 1),
+            "random_crop": (0, 1),
+            "color_jitter": (0, 1),
+            "rotate": (0, 180),
+            "resize": (1, 100_000),
+        }
         if name in bounds and isinstance(value, int | float) and not isinstance(value, bool):
             low, high = bounds[name]
             if low < value <= high:
@@ -74,5 +79,12 @@ class ImageSettings(BaseModel):
         description="Audit FAIL when size/mode/format alone predict the label this well.",
     )
     near_duplicate_bits: int = Field(
-        default=4, ge=0, le=32, description="Perceptual-hash distance counted as near-duplicate."
+        default=6, ge=0, le=32, description="Perceptual-hash bits near-duplicates may differ by."
+    )
+    near_duplicate_pixel_diff: float = Field(
+        default=0.025,
+        ge=0,
+        le=1,
+        description="...and their mean absolute difference as 16x16 greyscale (0-1) at most: a "
+        "resize or re-encode stays under it, two different pictures rarely come this close.",
     )

@@ -17,14 +17,19 @@ def audit_findings(ws: Workspace, with_tokenizer: bool = True) -> tuple[Any, lis
     from tunepilot.data.audit import run_audit
 
     prepared = ws.prepare(seal=False)  # looking at data never seals the test split (H4)
-    encoder = ws.encoder(prepared.label_names) if with_tokenizer else None
     label_map = ws.model_label_map() if with_tokenizer else None
-    config = ws.model_config() if with_tokenizer else None
     campaign = ws.campaign
-    findings = run_audit(
-        prepared, campaign.data, campaign.hypothesis.task, encoder, label_map,
-        hypothesis=campaign.hypothesis, model_config=config,
-    )  # fmt: skip
+    if campaign.hypothesis.task == "image_classification":  # decodes files, no processor
+        from tunepilot.data.images_audit import run_image_audit
+
+        findings, _ = run_image_audit(prepared, campaign.data, ws.root, label_map)
+    else:
+        encoder = ws.encoder(prepared.label_names) if with_tokenizer else None
+        config = ws.model_config() if with_tokenizer else None
+        findings = run_audit(
+            prepared, campaign.data, campaign.hypothesis.task, encoder, label_map,
+            hypothesis=campaign.hypothesis, model_config=config,
+        )  # fmt: skip
     if prepared.folder is not None:
         _write_json(
             prepared.folder / "audit.json",

@@ -70,9 +70,7 @@ def _plant(written: dict[str, list[Path]]) -> None:
             (path.with_name(f"{path.stem}-copy.png")).write_bytes(path.read_bytes())
         for path in written[label][3:6]:
             with Image.open(path) as image:
-                bigger = image.resize((24, 24), Image.Resampling.BICUBIC).resize(
-                    image.size, Image.Resampling.BICUBIC
-                )
+                bigger = image.resize((24, 24), Image.Resampling.BICUBIC)
                 bigger.save(path.with_name(f"{path.stem}-resized.png"))
 
 

@@ -1,0 +1,330 @@
+"""The image audit: what makes an image campaign's numbers lie, found before compute (D2, D3, D8).
+
+Every file is decoded once, exactly as training decodes it (`tasks.image_files.open_image`),
+and described by a few facts: size, mode, file format, EXIF orientation, a hash of the decoded
+pixels and a perceptual hash (`imagehash.phash`). The checks read only those facts:
+
+* unusable files (empty, not an image, truncated, decompression bomb): FAIL naming each file;
+* file content that is not what the extension says: WARN;
+* exact duplicates by decoded pixels, and near duplicates across splits: a perceptual-hash
+  candidate confirmed by the pixels themselves (a resized or re-encoded copy), shown side by
+  side in `data/<version>/near_duplicates.png`;
+* EXIF rotations and mixed colour modes, named so a person can look at them;
+* a property that alone identifies a class (all 7s are 16 x 16, all 4s are RGBA): a rule
+  learned on the training split from that property alone, scored on the evaluation splits
+  against the majority-class rate. A model learns such a shortcut first; FAIL.
+
+Group and time splits, unseen labels, class balance and the head's label mapping are the text
+audit's own checks, run on the same examples.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tunepilot.campaign import DataSettings
+from tunepilot.campaign.image_settings import ImageSettings
+from tunepilot.data.audit import check_group_leakage, check_time_overlap
+from tunepilot.data.audit_labels import (
+    SHOWN,
+    check_class_balance,
+    check_label_mapping,
+    check_unseen_labels,
+)
+from tunepilot.data.images_shortcuts import check_shortcuts
+from tunepilot.data.prepared import PreparedData
+from tunepilot.tasks.example import SPLITS, Example
+from tunepilot.tasks.image_files import ImageFileError, open_image, pixel_hash
+from tunepilot.verdict import Finding, Verdict
+
+PASS, WARN, FAIL = Verdict.PASS, Verdict.WARN, Verdict.FAIL
+EXTENSIONS = {
+    "PNG": (".png",),
+    "JPEG": (".jpg", ".jpeg"),
+    "BMP": (".bmp",),
+    "GIF": (".gif",),
+    "TIFF": (".tif", ".tiff"),
+    "WEBP": (".webp",),
+}
+THUMB = 16  # side of the greyscale thumbnail near duplicates are confirmed on
+
+
+@dataclass
+class ImageFacts:
+    """One example's file as the audit sees it; `error` set when it cannot be decoded."""
+
+    example: Example
+    split: str
+    path: Path
+    error: str | None = None
+    size: tuple[int, int] = (0, 0)
+    mode: str = ""
+    file_format: str = ""
+    orientation: int = 1
+    pixels: str = ""  # sha256 of the decoded RGB pixels
+    phash: int = 0
+    thumb: Any = None  # float32 THUMB x THUMB greyscale in [0, 1]
+
+    @property
+    def name(self) -> str:
+        return self.example.text
+
+    def properties(self) -> dict[str, str]:
+        """What could identify a class without looking at the picture."""
+        w, h = self.size
+        return {
+            "size": f"{w}x{h}",
+            "mode": self.mode,
+            "format": self.file_format,
+            "aspect ratio": f"{w / h:.2f}" if h else "?",
+            "EXIF orientation": str(self.orientation),
+        }
+
+
+def scan(prepared: PreparedData, root: Path, settings: ImageSettings) -> list[ImageFacts]:
+    """Decode every example once (as training will) and collect its facts."""
+    import imagehash
+    import numpy as np
+    from PIL import Image
+
+    out = []
+    for split in SPLITS:
+        for ex in prepared.splits.get(split, []):
+            facts = ImageFacts(ex, split, Path(root) / ex.text)
+            try:
+                decoded = open_image(facts.path, settings.max_pixels, settings.exif_transpose)
+            except ImageFileError as exc:
+                facts.error = exc.reason
+                out.append(facts)
+                continue
+            image = decoded.image
+            facts.size, facts.mode = decoded.original_size, decoded.original_mode
+            facts.file_format, facts.orientation = decoded.file_format, decoded.orientation
+            facts.pixels = pixel_hash(image)
+            facts.phash = int(str(imagehash.phash(image)), 16)
+            grey = image.convert("L").resize((THUMB, THUMB), Image.Resampling.BILINEAR)
+            facts.thumb = np.asarray(grey, dtype=np.float32) / 255.0
+            out.append(facts)
+    return out
+
+
+def run_image_audit(
+    prepared: PreparedData,
+    data: DataSettings,
+    root: Path,
+    model_label_map: dict[int, str] | None = None,
+) -> tuple[list[Finding], list[ImageFacts]]:
+    """Every image check plus the text audit's split and label checks; returns the facts too
+    (the near-duplicate picture and `data show` reuse them)."""
+    settings = data.images
+    facts = scan(prepared, root, settings)
+    good = [f for f in facts if f.error is None]
+    splits = prepared.splits
+    findings = [
+        check_unusable(facts),
+        check_extensions(good),
+        check_exact_images(good),
+        check_near_images(good, settings, prepared.folder),
+        check_exif(good, settings),
+        check_modes(good),
+        check_shortcuts(good, settings),
+        check_group_leakage(splits, data.fields.group),
+    ]
+    if data.fields.time:
+        findings.append(check_time_overlap(splits, data.fields.time, data.split.policy))
+    findings += [
+        check_unseen_labels(splits),
+        check_class_balance(splits, prepared.label_names, data.audit),
+    ]
+    if model_label_map is not None:
+        findings.append(check_label_mapping(model_label_map, prepared.label_names))
+    return findings, facts
+
+
+def _files(items: list[ImageFacts], n: int = SHOWN) -> str:
+    return ", ".join(f.name for f in items[:n]) + (
+        f" and {len(items) - n} more" if len(items) > n else ""
+    )
+
+
+def check_unusable(facts: list[ImageFacts]) -> Finding:
+    """Files training cannot decode: each named with its reason (they would stop a run)."""
+    check = "unusable image files"
+    bad = [f for f in facts if f.error is not None]
+    if not bad:
+        return Finding(check, PASS, f"all {len(facts)} image files decode fully", "D3")
+    shown = "; ".join(f"{f.name}: {f.error}" for f in bad[:SHOWN])
+    more = f"; and {len(bad) - SHOWN} more" if len(bad) > SHOWN else ""
+    sentence = (
+        f"{len(bad)} file(s) cannot be used: {shown}{more}; replace or delete them "
+        "(training refuses them with exit 2)"
+    )
+    details = {"files": [{"file": f.name, "split": f.split, "reason": f.error} for f in bad[:50]]}
+    return Finding(check, FAIL, sentence, "D3", [f.example.id for f in bad[:SHOWN]], details)
+
+
+def check_extensions(good: list[ImageFacts]) -> Finding:
+    """A PNG named .jpg decodes fine here but not in every tool; worth renaming."""
+    check = "file format vs extension"
+    wrong = [
+        f
+        for f in good
+        if f.file_format in EXTENSIONS and f.path.suffix.lower() not in EXTENSIONS[f.file_format]
+    ]
+    if not wrong:
+        return Finding(check, PASS, "every file's content matches its extension", "D3")
+    shown = ", ".join(f"{f.name} is {f.file_format}" for f in wrong[:SHOWN])
+    sentence = (
+        f"{len(wrong)} file(s) hold another format than their extension says ({shown}); rename them"
+    )
+    return Finding(check, WARN, sentence, "D3", [f.example.id for f in wrong[:SHOWN]])
+
+
+def _split_rank(split: str) -> int:
+    return SPLITS.index(split)
+
+
+def check_exact_images(good: list[ImageFacts]) -> Finding:
+    """D2: the same decoded pixels under two names; across splits it inflates the score."""
+    check = "exact duplicate images"
+    by_hash: dict[str, list[ImageFacts]] = defaultdict(list)
+    for f in good:
+        by_hash[f.pixels].append(f)
+    groups = [g for g in by_hash.values() if len(g) > 1]
+    across = [g for g in groups if len({f.split for f in g}) > 1]
+    if not groups:
+        return Finding(check, PASS, f"no two of {len(good)} images have the same pixels", "D2")
+    pairs = [" = ".join(f"{f.name} ({f.split})" for f in g[:2]) for g in (across or groups)[:3]]
+    details = {"groups": [[f.name for f in g] for g in groups[:50]], "across_splits": len(across)}
+    ids = [f.example.id for g in (across or groups)[:3] for f in g][:SHOWN]
+    if across:
+        sentence = (
+            f"{len(across)} picture(s) appear in more than one split with identical pixels "
+            f"(e.g. {'; '.join(pairs)}); delete the copies, keeping one per picture"
+        )
+        return Finding(check, FAIL, sentence, "D2", ids, details)
+    sentence = (
+        f"{len(groups)} picture(s) are stored twice inside one split (e.g. "
+        f"{'; '.join(pairs)}): they weigh double in training; delete the copies"
+    )
+    return Finding(check, WARN, sentence, "D2", ids, details)
+
+
+def near_pairs(
+    good: list[ImageFacts], settings: ImageSettings
+) -> list[tuple[ImageFacts, ImageFacts, int, float]]:
+    """Pairs in different splits whose perceptual hashes differ by at most
+    `near_duplicate_bits` and whose thumbnails differ by at most `near_duplicate_pixel_diff`;
+    exact copies are left to check_exact_images."""
+    import numpy as np
+
+    out = []
+    for i, a in enumerate(good):
+        for b in good[i + 1 :]:
+            if a.split == b.split or a.pixels == b.pixels:
+                continue
+            bits = (a.phash ^ b.phash).bit_count()
+            if bits > settings.near_duplicate_bits:
+                continue
+            diff = float(np.abs(a.thumb - b.thumb).mean())
+            if diff <= settings.near_duplicate_pixel_diff:
+                first, second = sorted((a, b), key=lambda f: _split_rank(f.split))
+                out.append((first, second, bits, diff))
+    return out
+
+
+def check_near_images(
+    good: list[ImageFacts], settings: ImageSettings, folder: Path | None
+) -> Finding:
+    """D2: a resized or re-encoded copy of a training picture in evaluation is a memory test."""
+    check = "near duplicate images across splits"
+    pairs = near_pairs(good, settings)
+    rule = (
+        f"perceptual hash within {settings.near_duplicate_bits} bits and mean pixel "
+        f"difference <= {settings.near_duplicate_pixel_diff:g}"
+    )
+    if not pairs:
+        return Finding(check, PASS, f"no near-duplicate pair across splits ({rule})", "D2")
+    picture = None
+    if folder is not None:
+        from tunepilot.data.images_sheet import write_pairs_sheet
+
+        picture = write_pairs_sheet(pairs[:12], Path(folder) / "near_duplicates.png")
+    shown = "; ".join(f"{a.name} ({a.split}) ~ {b.name} ({b.split})" for a, b, _, _ in pairs[:3])
+    where = f"; side by side in {picture}" if picture else ""
+    sentence = (
+        f"{len(pairs)} near-duplicate pair(s) across splits ({rule}), e.g. {shown}{where}; "
+        "keep each picture and its resized copies in one split (a group field, "
+        "split.policy: group) or delete the copies"
+    )
+    details = {
+        "pairs": [
+            {
+                "a": a.name,
+                "a_split": a.split,
+                "b": b.name,
+                "b_split": b.split,
+                "hash_bits": bits,
+                "pixel_diff": round(diff, 4),
+            }
+            for a, b, bits, diff in pairs[:50]
+        ],
+        "picture": str(picture) if picture else None,
+    }
+    ids = [x.example.id for a, b, _, _ in pairs[:3] for x in (a, b)][:SHOWN]
+    return Finding(check, FAIL, sentence, "D2", ids, details)
+
+
+def check_exif(good: list[ImageFacts], settings: ImageSettings) -> Finding:
+    """EXIF orientation: a viewer rotates, a loader that ignores the tag does not."""
+    check = "EXIF orientation"
+    rotated = [f for f in good if f.orientation != 1]
+    if not rotated:
+        return Finding(check, PASS, "no file carries an EXIF rotation", "D3")
+    applied = (
+        "applied to every split (data.images.exif_transpose: true); look at them in the "
+        "contact sheet (`tunepilot data show`)"
+        if settings.exif_transpose
+        else "NOT applied (data.images.exif_transpose: false): the model sees them rotated; "
+        "turn it on unless the stored pixels are what you mean"
+    )
+    sentence = f"{len(rotated)} file(s) carry an EXIF rotation ({_files(rotated)}): {applied}"
+    details = {"files": [{"file": f.name, "orientation": f.orientation} for f in rotated[:50]]}
+    return Finding(check, WARN, sentence, "D3", [f.example.id for f in rotated[:SHOWN]], details)
+
+
+def check_modes(good: list[ImageFacts]) -> Finding:
+    """Per class: size, aspect ratio, mode and format; mixed modes are named (all become RGB)."""
+    check = "image properties per class"
+    per_class: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    for f in good:
+        for prop, value in f.properties().items():
+            per_class[str(f.example.label)][prop][value] += 1
+    details = {
+        label: {p: dict(c.most_common(5)) for p, c in props.items()}
+        for label, props in sorted(per_class.items())
+    }
+    modes = Counter(f.mode for f in good)
+    if len(modes) <= 1:
+        sentence = (
+            f"every image is {next(iter(modes), '?')}; per-class sizes and formats in details"
+        )
+        return Finding(check, PASS, sentence, "D3", details={"per_class": details})
+    minority = [f for f in good if f.mode != modes.most_common(1)[0][0]]
+    counts = ", ".join(f"{m} {n}" for m, n in modes.most_common())
+    sentence = (
+        f"colour modes are mixed ({counts}; e.g. {_files(minority, 3)}): each is converted "
+        "to RGB (transparency composited on white) before the processor; check the "
+        "contact sheet that they look alike"
+    )
+    return Finding(
+        check,
+        WARN,
+        sentence,
+        "D3",
+        [f.example.id for f in minority[:SHOWN]],
+        {"per_class": details, "modes": dict(modes)},
+    )
