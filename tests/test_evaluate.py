@@ -95,7 +95,7 @@ def test_v2_evaluation_is_deterministic_and_batch_size_independent_in_prediction
     assert a.config_hash != c.config_hash  # the batch size is part of the procedure
 
 
-def test_v2_config_hash_changes_with_the_split_and_the_encoder(bert):
+def test_v2_config_hash_changes_with_the_split_and_the_scoring_not_the_encoding(bert):
     model, tok = bert
     enc = ClassificationEncoder(tok, LABELS, max_length=32)
     base = evaluate(model, enc, cls_examples(), batch_size=2, max_new_tokens=8)
@@ -107,9 +107,13 @@ def test_v2_config_hash_changes_with_the_split_and_the_encoder(bert):
         batch_size=2,
         max_new_tokens=8,
     )
-    assert len({base.config_hash, fewer.config_hash, longer.config_hash}) == 3
-    assert base.config["encoder"]["labels"] == LABELS
+    assert base.config_hash != fewer.config_hash
+    # another max_length is another encoding of the same examples, judged by compare (S6)
+    assert longer.config_hash == base.config_hash
+    assert longer.config["encoding"]["max_length"] == 64 != base.config["encoding"]["max_length"]
+    assert base.config["scored_against"]["labels"] == LABELS
     assert base.config["split_ids_hash"] != fewer.config["split_ids_hash"]
+    assert base.metrics["answers_cut"] == 0  # a class id is never cut
 
 
 def test_d6_head_size_mismatch_is_refused(bert):

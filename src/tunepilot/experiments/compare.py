@@ -32,6 +32,7 @@ from tunepilot.experiments.compare_stats import (
     stacked,
 )
 from tunepilot.experiments.decision import decide
+from tunepilot.experiments.eligibility import incomparable
 from tunepilot.experiments.guards import check_guards
 from tunepilot.verdict import Finding, Verdict
 
@@ -145,7 +146,7 @@ def compare_ledger(
                          "run `tunepilot baseline` (H3)")  # fmt: skip
     else:
         b = baseline_evals[-1]
-        why = _incomparable(b.eval_config_hash, b.data_version, ref)
+        why = incomparable(b.eval_config_hash, b.data_version, ref, b.metrics)
         if why:
             cmp.notes.append(f"the baseline is not compared: {why}")
         else:
@@ -180,27 +181,11 @@ def _line(ledger: Any, r: Any) -> RunLine:
     return line
 
 
-def _incomparable(eval_hash: str | None, data_version: str | None, ref: RunLine) -> str | None:
-    """Why an evaluation cannot be set next to the reference's (V2), or None."""
-    if eval_hash != ref.eval_config_hash:
-        return (
-            f"evaluated with eval config {eval_hash} but the control ({ref.run_id}) with "
-            f"{ref.eval_config_hash}: another split, batch, decoding or metric set, so the "
-            "numbers do not mean the same thing (V2); run it again under this campaign"
-        )
-    if data_version != ref.data_version:
-        return (
-            f"data version {data_version} but the control ({ref.run_id}) used "
-            f"{ref.data_version}: other examples (D1, V2); run it again on this data"
-        )
-    return None
-
-
 def _exclude_incomparable(v: VariantResult, ref: RunLine) -> None:
     """Mark runs under another eval config / data version, and older repeats of a seed."""
     latest: dict[int, RunLine] = {}
     for x in v.used:
-        why = _incomparable(x.eval_config_hash, x.data_version, ref)
+        why = incomparable(x.eval_config_hash, x.data_version, ref, x.metrics)
         if why:
             x.excluded = f"not compared: {why}"
             continue

@@ -1,10 +1,13 @@
 """THE evaluation procedure: the baseline and every variant go through this one function (H3, V2).
 
 Comparability is made explicit: `EvalResult.config` holds everything that decides what a
-number means (which examples, batch size, decoding, generation budget, metric names, the
-encoder's identity) and `config_hash` is its stable hash. Two results are comparable only when
-their hashes are equal; compare.py refuses otherwise. Predictions are kept per example so a
-gain limited to a few examples shows up (H3, V5).
+number means (which examples, batch size, decoding, generation budget, metric names, what the
+answers are scored against) and `config_hash` is its stable hash; the encoder's identity is
+recorded next to it but left out of the hash, so a max_length or template variant is judged
+on the same procedure (S6). Two results are comparable only when their hashes are equal;
+compare.py refuses otherwise. `answers_cut` counts evaluated examples whose answer tokens
+max_length cut: what makes an encoding "not the same experiment". Predictions are kept per
+example so a gain limited to a few examples shows up (H3, V5).
 
 Decoding is greedy and batched with left padding; the new tokens are cut at the first EOS.
 torch is imported inside the functions: importing this module stays cheap.
@@ -38,6 +41,11 @@ class EvalResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+SCORED_KEYS = ("task", "required_fields", "schema", "labels")
+"""Parts of the encoder's identity that decide what a number means; the rest (tokenizer,
+max_length, template, loss mask) is the encoding a variant may change (S6)."""
+
+
 def eval_config(
     encoder: Any, examples: list[Example], batch_size: int, max_new_tokens: int
 ) -> dict[str, Any]:
@@ -59,6 +67,7 @@ def eval_config(
         ]
     else:
         metric_names = ["exact_match", "token_f1", "loss"]
+    encoding = encoder.describe()
     return {
         "procedure_version": PROCEDURE_VERSION,
         "kind": encoder.kind,
@@ -68,8 +77,16 @@ def eval_config(
         "max_new_tokens": max_new_tokens if generative else None,
         "decoding": "greedy" if generative else "argmax",
         "metric_names": metric_names,
-        "encoder": encoder.describe(),
+        # what is scored: the answer contract (extraction) or the class list (classification)
+        "scored_against": {k: encoding.get(k) for k in SCORED_KEYS if k in encoding},
+        "encoding": encoding,
     }
+
+
+def config_hash_of(config: dict[str, Any]) -> str:
+    """The comparability hash (V2): the whole config except the encoding, which the data
+    version records and compare.py judges on its own (same examples, answers not cut)."""
+    return stable_hash({k: v for k, v in config.items() if k != "encoding"})
 
 
 def evaluate(
@@ -115,7 +132,7 @@ def evaluate(
         metrics=metrics,
         rows=rows,
         config=config,
-        config_hash=stable_hash(config),
+        config_hash=config_hash_of(config),
         timings={"seconds": time.perf_counter() - start},
     )
 
@@ -190,6 +207,7 @@ def _classify(
         [r["gold"] for r in rows], [r["pred"] for r in rows], encoder.label_names
     )
     metrics["loss"] = loss_sum / len(rows)
+    metrics["answers_cut"] = 0  # a class id is never truncated
     return metrics, rows
 
 
@@ -226,10 +244,12 @@ def _generate(
     outputs: list[str] = []
     stopped: list[bool] = []
     n_tokens: list[int] = []
-    loss_sum, loss_tokens = 0.0, 0
+    loss_sum, loss_tokens, answers_cut = 0.0, 0, 0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i : i + batch_size]
-        s, n = _answer_loss(model, [encoder.encode(e) for e in chunk], pad, device)
+        encoded = [encoder.encode(e) for e in chunk]
+        answers_cut += sum(e.target_truncated for e in encoded)
+        s, n = _answer_loss(model, encoded, pad, device)
         loss_sum, loss_tokens = loss_sum + s, loss_tokens + n
         prompts = [encoder.prompt_ids(e) for e in chunk]
         ids, mask = _batch(prompts, pad, left=True, device=device)
@@ -262,4 +282,5 @@ def _generate(
     metrics = scored["metrics"]
     metrics["loss"] = loss_sum / loss_tokens if loss_tokens else math.nan
     metrics["stopped_at_eos"] = sum(stopped) / len(stopped)
+    metrics["answers_cut"] = answers_cut
     return metrics, rows

@@ -105,8 +105,11 @@ class Session:
         encoded = self.encoded(campaign)
         split = examples if examples is not None else encoded.prepared.splits["validation"]
         t = campaign.training
-        return evaluate(model, encoded.encoder, split, t.eval_batch_size, t.max_new_tokens,
-                        device=_device_of(model))
+        result = evaluate(model, encoded.encoder, split, t.eval_batch_size, t.max_new_tokens,
+                          device=_device_of(model))  # fmt: skip
+        # what this encoding did to the training answers, judged by compare (S6)
+        result.metrics["train_answers_cut"] = sum(e.target_truncated for e in encoded.train)
+        return result
 
 
 def _prepare_for(ws: Workspace, campaign: Campaign) -> Any:

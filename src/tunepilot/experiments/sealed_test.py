@@ -54,8 +54,7 @@ def final_test(ws: Workspace, run_id: str, as_json: bool) -> int:
 
 def _look(ws: Workspace, ledger: Any, run_id: str, row: Any) -> dict[str, Any]:
     """Build the model, count the look, then evaluate the test split and record it."""
-    from tunepilot.campaign import stable_hash
-    from tunepilot.experiments.evaluate import eval_config
+    from tunepilot.experiments.evaluate import config_hash_of, eval_config
     from tunepilot.experiments.runner import Session, load_trained_model, predictions_from_rows
 
     session = Session(ws)
@@ -88,7 +87,7 @@ def _look(ws: Workspace, ledger: Any, run_id: str, row: Any) -> dict[str, Any]:
         "split": "test", "run": run_id, "data_version": prepared.version,
         "test_seal": (prepared.test_seal or {}).get("hash"),
         "checkpoint": None if folder is None else str(folder),
-        "eval_config_hash": stable_hash(config), "eval_config": config,
+        "eval_config_hash": config_hash_of(config), "eval_config": config,
     }  # fmt: skip
     look = ledger.record_test_look(run_id, look_config)  # counted before the model sees it
     warning = None

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tunepilot.data.version import version_parts
+
 Limit = dict[str, str]
 ORDER = {"FAIL": 0, "WARN": 1, "INFO": 2}
 SMALL_VALIDATION = 200  # below this many examples, one example moves accuracy by > 0.5 points
@@ -71,10 +73,17 @@ def data_limits(d: dict[str, Any]) -> list[Limit]:
             if f.get("verdict") in ("WARN", "FAIL"):
                 out.append(_limit("data", f["verdict"], f"data audit, {f.get('check')}: "
                                   f"{f.get('sentence')}", f.get("requirement") or ""))  # fmt: skip
-    if len(data["versions_in_runs"]) > 1:
-        out.append(_limit("data", "WARN", f"the runs used {len(data['versions_in_runs'])} data "
-                          f"versions ({_ids(data['versions_in_runs'])}); only runs on the same "
-                          "version are compared", "D1, V2"))  # fmt: skip
+    used = data["versions_in_runs"]
+    example_sets = list(dict.fromkeys(version_parts(v)[0] for v in used))
+    if len(example_sets) > 1:
+        out.append(_limit("data", "WARN", f"the runs used {len(example_sets)} example sets "
+                          f"(data versions {_ids(used)}); only runs on the same examples are "
+                          "compared", "D1, V2"))  # fmt: skip
+    elif len(used) > 1:
+        out.append(_limit("data", "INFO", f"the runs used {len(used)} encodings of the same "
+                          f"examples (data versions {_ids(used)}: max_length, template or "
+                          "tokenizer variants); they are compared unless an encoding cut "
+                          "answers", "D1, S6"))  # fmt: skip
     counts = (data.get("splits") or {}).get("counts") or {}
     n = counts.get("validation")
     if isinstance(n, int) and 0 < n < SMALL_VALIDATION:
