@@ -186,6 +186,21 @@ def test_8_audit_reads_the_position_limit_from_the_models_config(tiny_bert_dir, 
     assert limit.verdict is FAIL and "max_position_embeddings 512" in limit.sentence
 
 
+def test_8_validate_refuses_a_max_length_beyond_a_local_models_positions(tiny_bert_dir, tmp_path):
+    _write_rows(tmp_path / "d.jsonl", 10)
+    campaign = validate_mapping({
+        "name": "x", "hypothesis": {"behaviour": "b", "task": "classification"},
+        "model": {"name_or_path": str(tiny_bert_dir)},
+        "data": {"file": "d.jsonl", "fields": {"label": "label"}, "max_length": 512},
+        "variants": {"long": {"explain": "whole tickets",
+                              "overrides": {"data.max_length": 2048}}},
+    })  # fmt: skip
+    problems = check_campaign(campaign, tmp_path)
+    assert [p.where for p in problems] == ["variants.long.overrides data.max_length"]
+    assert "max_position_embeddings 512" in problems[0].found
+    assert problems[0].fix == "set it to at most 512"
+
+
 def _files_campaign(tmp_path: Path, files: dict[str, str], cleaning=None) -> object:
     data = {"files": files, "fields": {"label": "label"}}
     if cleaning is not None:

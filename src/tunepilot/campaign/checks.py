@@ -4,10 +4,12 @@ variants are single explainable changes (V1, V2). Run by `tunepilot validate`.""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
 from tunepilot.campaign.schema import Campaign
-from tunepilot.campaign.variants import check_variants
+from tunepilot.campaign.variants import check_variants, variant_campaign, variant_names
 from tunepilot.errors import InputError, Problem
 
 
@@ -37,9 +39,48 @@ def check_campaign(campaign: Campaign, root: Path) -> list[Problem]:
         problems.append(Problem("model.revision", f"hub id `{model.name_or_path}` without a "
                                 "revision", "pin the exact commit so every run sees the same "
                                 "weights (P4)"))
+    if looks_local and (local / "config.json").is_file():
+        problems += _beyond_positions(campaign, local / "config.json")
     problems += _repeated_split_files(campaign, root)
     problems += check_variants(campaign)
     return problems
+
+
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
+
+
+def position_limit(model_config: dict[str, Any]) -> tuple[str, int] | None:
+    """(config key, positions) of a model's config.json: the longest input it can take."""
+    for key in POSITION_KEYS:
+        value = model_config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return key, value
+    return None
+
+
+def _beyond_positions(campaign: Campaign, config_file: Path) -> list[Problem]:
+    """S6: a max_length (the campaign's or a variant's) beyond the model's position table
+    crashes the run with a size mismatch; rotary models with rope_scaling are left to the
+    audit, which warns."""
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []  # loading the model reports an unreadable config with its own words
+    found = position_limit(config) if isinstance(config, dict) else None
+    if found is None or config.get("rope_scaling"):
+        return []
+    key, limit = found
+    lengths = {"data.max_length": campaign.data.max_length}
+    for name in variant_names(campaign):
+        try:
+            lengths[f"variants.{name}.overrides data.max_length"] = (
+                variant_campaign(campaign, name).data.max_length)  # fmt: skip
+        except InputError:
+            continue  # check_variants names a broken variant
+    return [Problem(where, f"{value} is beyond the model's {key} {limit} ({config_file}): an "
+                    "input that long crashes the run with a size mismatch",
+                    f"set it to at most {limit}")
+            for where, value in lengths.items() if value > limit]  # fmt: skip
 
 
 def campaign_warnings(campaign: Campaign) -> list[Problem]:

@@ -7,6 +7,7 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from tunepilot.campaign.checks import POSITION_KEYS, position_limit
 from tunepilot.campaign.schema import CLASSIFICATION_TASKS, AuditSettings
 from tunepilot.errors import InputError
 from tunepilot.tasks.example import SPLITS, Splits
@@ -212,22 +213,19 @@ def check_lengths(
     return Finding(check, PASS, sentence, "D3, S6", examples=ids, details=details)
 
 
-POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
-
-
 def check_position_limit(max_length: int, model_config: dict[str, Any]) -> Finding:
     """S6: a `max_length` beyond the positions the model has crashes the run with a size
     mismatch (learned position tables) or runs outside the trained context (rotary ones), so
     the setting is refused before any rental. Read from the model's config.json."""
     check = "max_length vs the model's positions"
-    found = [(k, model_config[k]) for k in POSITION_KEYS if isinstance(model_config.get(k), int)]
-    if not found:
+    found = position_limit(model_config)
+    if found is None:
         sentence = (
             f"cannot check data.max_length {max_length}: the model's config.json names no "
             f"position limit ({', '.join(POSITION_KEYS)})"
         )
         return Finding(check, WARN, sentence, "S6")
-    key, limit = found[0]
+    key, limit = found
     details = {"max_length": max_length, "limit": limit, "config_key": key}
     if max_length <= limit:
         sentence = f"data.max_length {max_length} is within the model's {key} {limit}"
