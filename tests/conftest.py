@@ -39,3 +39,11 @@ def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tunepilot.model.tiny import build_tiny_bert
 
     return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama with a chat template ({% generation %} tags) and role-header tokens."""
+    from tunepilot.model.tiny import TINY_CHAT_TEMPLATE, build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-chat"), chat_template=TINY_CHAT_TEMPLATE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,23 @@ def data_paths(campaign: Campaign, root: Path) -> dict[str, Path]:
     return {k: (root / v if not Path(v).is_absolute() else Path(v)) for k, v in named.items() if v}
 
 
+def saved_dataset_folder(path: Path) -> tuple[Path, str | None] | None:
+    """(folder, split) when `path` names a folder written by `datasets`' `save_to_disk`,
+    optionally with a `[split]` suffix; None for anything else."""
+    match = re.fullmatch(r"(.+)\[([\w.-]+)\]", str(path))
+    folder, split = (Path(match[1]), match[2]) if match else (Path(path), None)
+    markers = ("dataset_dict.json", "state.json")
+    if folder.is_dir() and any((folder / name).is_file() for name in markers):
+        return folder, split
+    return None
+
+
 def check_campaign(campaign: Campaign, root: Path) -> list[Problem]:
     problems: list[Problem] = []
     folders_ok = campaign.hypothesis.task == "image_classification"  # a folder per class
     for key, path in data_paths(campaign, root).items():
-        if not (path.is_file() or (folders_ok and path.is_dir())):
+        readable = path.is_file() or saved_dataset_folder(path) is not None
+        if not (readable or (folders_ok and path.is_dir())):
             dotted = "data.file" if key == "file" else f"data.files.{key}"
             problems.append(Problem(dotted, f"no such file {path}",
                                     "fix the path (relative paths start at the campaign folder)"))

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from tunepilot.campaign.chat import ChatSettings
 from tunepilot.campaign.image_settings import ImageSettings
 
 TaskKind = Literal["classification", "extraction", "format", "image_classification"]
@@ -254,6 +255,9 @@ class DataSettings(Strict):
     header: bool = Field(default=True, description="CSV/TSV first line names the columns.")
     columns: list[str] | None = Field(default=None, description="Column names when no header.")
     fields: Fields = Field(default_factory=Fields)
+    chat: ChatSettings | None = Field(
+        default=None, description="Conversation rows rendered with the chat template."
+    )
     labels: list[str] | None = Field(
         default=None, description="Class names in id order; taken from training data if absent."
     )
@@ -421,8 +425,15 @@ class Campaign(Strict):
                     "data.cleaning rules apply to text; an image campaign takes none "
                     "(declare image transforms in data.images.augment)"
                 )
-        if task in ("extraction", "format") and not self.data.fields.target:
-            raise ValueError(f"a {task} campaign needs `data.fields.target`")
+        if self.data.chat is not None and task in CLASSIFICATION_TASKS:
+            raise ValueError(
+                "`data.chat` is for format or extraction campaigns (the answer is the last "
+                "assistant turn); remove it or set hypothesis.task: format"
+            )
+        if task in ("extraction", "format") and not (
+            self.data.fields.target or self.data.chat is not None
+        ):
+            raise ValueError(f"a {task} campaign needs `data.fields.target` (or `data.chat`)")
         if "control" in self.variants:
             raise ValueError("`control` is the campaign itself; name the variant differently")
         return self

@@ -80,18 +80,37 @@ def schema() -> None:
 def init(
     directory: Annotated[Path, typer.Argument(help="Folder for the new campaign.")],
     task: Annotated[
-        str, typer.Option(help="classification | extraction | format")
+        str, typer.Option(help="classification | extraction | format | image_classification | chat")
     ] = "classification",
     force: Annotated[bool, typer.Option(help="Overwrite an existing campaign.yaml.")] = False,
+    from_axolotl: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-axolotl", help="Convert this Axolotl YAML; keys not carried go to stderr."
+        ),
+    ] = None,
 ) -> None:
     """Write a commented campaign.yaml that starts with the command that runs it.
 
     Example: tunepilot init tickets --task classification
+    Example: tunepilot init my-run --from-axolotl examples/llama-3/lora-1b.yml
     """
 
     def body() -> int:
+        from tunepilot.console import console, error_console
+
+        if from_axolotl is not None:
+            from tunepilot.campaign.axolotl import write_from_axolotl
+
+            path, unknown = write_from_axolotl(directory, from_axolotl, force=force)
+            if unknown:
+                error_console.print(f"not carried over from {from_axolotl} ({len(unknown)}):")
+                for item in unknown:
+                    error_console.print(f"  {item}", highlight=False, markup=False, soft_wrap=True)
+            console.print(f"wrote {path}\nnext: state the hypothesis, then "
+                          f"[bold]tunepilot validate {path}[/]")  # fmt: skip
+            return 0
         from tunepilot.campaign.templates import write_template
-        from tunepilot.console import console
 
         path = write_template(directory, task, force=force)
         console.print(f"wrote {path}\nnext: [bold]tunepilot validate {path}[/]")

@@ -20,6 +20,7 @@ from typing import Any
 
 from tunepilot.campaign import CLASSIFICATION_TASKS, DataSettings, Hypothesis
 from tunepilot.data.audit_answers import check_gold_answers
+from tunepilot.data.audit_chat import check_same_user_turns
 from tunepilot.data.audit_labels import (
     FAIL,
     PASS,
@@ -74,6 +75,8 @@ def run_audit(
         check_near_duplicates(splits, pairs, threshold, generic, apart),
         leakage,
     ]
+    if data.chat is not None:
+        findings.append(check_same_user_turns(splits))
     if data.fields.time:
         findings.append(check_time_overlap(splits, data.fields.time, data.split.policy))
     if task in CLASSIFICATION_TASKS:

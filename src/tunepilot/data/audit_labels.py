@@ -163,6 +163,7 @@ def check_lengths(
     stats: dict[str, dict[str, int]] = {}
     cut: list[tuple[str, int]] = []
     answer_cut: list[tuple[str, int]] = []
+    cut_turns: list[tuple[str, int]] = []  # (conversation id, assistant turn number)
     failed: list[tuple[str, str]] = []
     for split in _order(splits):
         lengths = []
@@ -177,6 +178,7 @@ def check_lengths(
                 cut.append((ex.id, enc.full_length))
             if enc.target_truncated:
                 answer_cut.append((ex.id, enc.full_length))
+                cut_turns += [(ex.id, n) for n in enc.cut_turns]
         if lengths:
             stats[split] = _length_stats(lengths)
     seen = "; ".join(
@@ -192,9 +194,14 @@ def check_lengths(
         return Finding(check, FAIL, sentence, "D3", examples=ids, details=details)
     if answer_cut and task not in CLASSIFICATION_TASKS:
         needed = details["needed_max_length"] = max(n for _, n in answer_cut)
+        shown = ", ".join(i for i, _ in answer_cut[:3])
+        if cut_turns:  # conversations: say which assistant turns lose tokens
+            details["cut_turns"] = [[i, n] for i, n in cut_turns[:50]]
+            shown = ", ".join(f"{i} assistant turn {n}" for i, n in cut_turns[:3])
+            shown = f"{len(cut_turns)} assistant turns in all; {shown}"
         sentence = (
             f"{len(answer_cut)} examples lose answer tokens at max_length {max_length} (e.g. "
-            f"{', '.join(i for i, _ in answer_cut[:3])}); the longest needs {needed}: raise "
+            f"{shown}); the longest needs {needed}: raise "
             f"data.max_length to {needed} or shorten the prompt; a fit bought by cutting the "
             "answer is not the same experiment"
         )

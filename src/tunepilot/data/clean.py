@@ -5,6 +5,9 @@ file. Each rule returns a `RuleCount` (changed / dropped, a few example ids) tha
 shows, and the rules are part of the data version. Rules touch the input text and string
 context values, never labels or targets: those are the answer, not the input.
 
+A conversation's rules touch its system and user turns (`max_chars` limits each turn), and its
+input text is rebuilt from them; assistant turns are the answer and stay as written.
+
 `drop_exact_duplicates` keeps the first occurrence of `normalize_text(text)` + context, so run
 it on the whole file set in order train, validation, test before splitting: the training copy
 wins and an evaluation split never holds a copy of a training example.
@@ -19,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from tunepilot.data.chat_rows import INPUT_ROLES, input_text
 from tunepilot.data.normalize import normalize_text
 from tunepilot.data.prepared import RuleCount
 from tunepilot.tasks.example import Example
@@ -65,12 +69,17 @@ def clean(
 
 
 def duplicate_key(example: Example) -> str:
-    """What "the same example" means for drop_exact_duplicates: normalised text + context."""
+    """What "the same example" means for drop_exact_duplicates: normalised text + context; for
+    a conversation, the whole conversation (its answers too, turn by turn)."""
     context = {
         k: normalize_text(v) if isinstance(v, str) else v
         for k, v in sorted(example.context.items())
     }
-    return normalize_text(example.text) + "\x00" + json.dumps(context, sort_keys=True, default=str)
+    key = normalize_text(example.text) + "\x00" + json.dumps(context, sort_keys=True, default=str)
+    if example.messages is not None:
+        turns = [[t["role"], normalize_text(t["content"])] for t in example.messages]
+        key += "\x00" + json.dumps(turns, ensure_ascii=False)
+    return key
 
 
 def _map_text(
@@ -83,12 +92,20 @@ def _map_text(
     `max_chars` limits the text only."""
     out = []
     for ex in examples:
-        text = fn(ex.text)
+        messages = ex.messages
+        if messages is not None:
+            messages = [
+                t if t["role"] not in INPUT_ROLES else {**t, "content": fn(t["content"])}
+                for t in messages
+            ]
+            text = input_text(messages)
+        else:
+            text = fn(ex.text)
         context = ex.context
         if context_too:
             context = {k: fn(v) if isinstance(v, str) else v for k, v in ex.context.items()}
-        if text != ex.text or context != ex.context:
-            ex = replace(ex, text=text, context=context)
+        if text != ex.text or context != ex.context or messages != ex.messages:
+            ex = replace(ex, text=text, context=context, messages=messages)
             count.changed += 1
             if len(count.example_ids) < EXAMPLE_IDS:
                 count.example_ids.append(ex.id)

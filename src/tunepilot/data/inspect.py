@@ -35,6 +35,7 @@ class Sample:
     loss_on_label: str | None = None
     target_truncated: bool = False
     notes: list[str] = field(default_factory=list)
+    loss_positions_from: str | None = None  # chat: "generation tags" or "prefix diff"
 
 
 def pick_examples(
@@ -91,10 +92,14 @@ def render_samples(
         ]
         expected = encoder.expected_target(example)
         notes = []
-        if enc.target_truncated:
+        if enc.cut_turns:
+            turns = ", ".join(map(str, enc.cut_turns))
+            notes.append(f"max_length cut assistant turn(s) {turns}: trained without their end")
+        elif enc.target_truncated:
             notes.append("max_length cut answer tokens: the model never sees the whole answer")
         if enc.loss_tokens == 0:
             notes.append("no position carries loss: this example teaches nothing")
+
         samples.append(
             Sample(
                 id=example.id,
@@ -110,6 +115,7 @@ def render_samples(
                 loss_on_label=expected if classification else None,
                 target_truncated=enc.target_truncated,
                 notes=notes,
+                loss_positions_from=getattr(encoder, "mask_method", None),
             )
         )
     return samples
@@ -162,6 +168,11 @@ def print_samples(samples: list[Sample], console: Any) -> None:
             console.print(
                 Text(f"loss on {s.n_loss_tokens} token(s) (bold green, underlined)", style="green")
             )
+            if s.loss_positions_from:
+                console.print(
+                    Text(f"loss positions from the chat template ({s.loss_positions_from})",
+                         style="dim")  # fmt: skip
+                )
             console.print(Text("expected: ", style="bold") + Text(s.expected))
         for note in s.notes:
             console.print(Text(f"WARN: {note}", style="yellow"))

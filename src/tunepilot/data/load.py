@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tunepilot.campaign import DataSettings
+from tunepilot.data.chat_rows import input_text, last_answer, read_conversation
 from tunepilot.data.readers import (
     Row,
     _decode_lines,
@@ -32,17 +33,37 @@ from tunepilot.data.readers import (
     detect_format,
     header_looks_like_data,
 )
+from tunepilot.data.saved_dataset import read_saved_dataset, saved_dataset
 from tunepilot.errors import ProblemList
 from tunepilot.tasks.example import Example
 
 
 def load_file(
-    path: Path, data: DataSettings, task: str, split_name: str | None = None
+    path: Path,
+    data: DataSettings,
+    task: str,
+    split_name: str | None = None,
+    record: dict[str, Any] | None = None,
 ) -> list[Example]:
-    """Every example of one file, in file order; raises InputError listing every problem."""
+    """Every example of one file, in file order; raises InputError listing every problem.
+
+    A saved Hugging Face dataset folder is read too (saved_dataset.py); `record`, when given,
+    receives its source label and fingerprint for the data version (D1)."""
     path = Path(path)
     problems = ProblemList(str(path))
     title = f"cannot load the {split_name} file {path}" if split_name else f"cannot load {path}"
+    saved = saved_dataset(path)
+    if saved is not None:
+        rows, columns, label, fingerprint = read_saved_dataset(saved, split_name, problems)
+        problems.raise_if_any(title)
+        if record is not None:
+            record.update(source=label, fingerprint=fingerprint)
+        if not rows:
+            problems.add(label, "no rows", "save a dataset with examples in it")
+        problems.raise_if_any(title)
+        examples = _to_examples(Path(label), rows, columns, data, task, problems)
+        problems.raise_if_any(title)
+        return examples
     if not path.exists():
         problems.add(
             str(path),
@@ -50,7 +71,12 @@ def load_file(
             "check `data.file` / `data.files` (relative paths start at the campaign folder)",
         )
     elif not path.is_file():
-        problems.add(str(path), "a folder, not a file", "point the data setting at one file")
+        problems.add(
+            str(path),
+            "a folder, not a file (nor a saved Hugging Face dataset)",
+            "point the data setting at one file, or at a folder written by "
+            "`dataset.save_to_disk(folder)`",
+        )
     problems.raise_if_any(title)
     fmt = detect_format(path, data.format, problems)
     problems.raise_if_any(title)
@@ -111,14 +137,18 @@ def _to_examples(
     f = data.fields
     mapped = {"id": f.id, "text": f.text, "label": f.label, "target": f.target, "group": f.group}
     mapped |= {"time": f.time} | {f"context[{i}]": name for i, name in enumerate(f.context)}
+    if data.chat is not None:  # the turns hold the text and the answer
+        del mapped["text"], mapped["target"]
+        mapped["chat.field_messages"] = data.chat.field_messages
     absent = {name for name in mapped.values() if name and name not in columns}
     for role, name in mapped.items():
         if name in absent:  # a wrong field name: one problem, not one per row
             close = difflib.get_close_matches(name, columns, n=1, cutoff=0.5)
             hint = f"did you mean `{close[0]}`? " if close else ""
             shown = ", ".join(columns[:30]) + (" ..." if len(columns) > 30 else "")
+            key = role if role.startswith("chat.") else f"fields.{role.split('[')[0]}"
             problems.add(
-                f"{path}:1 data.fields.{role.split('[')[0]}",
+                f"{path}:1 data.{key}",
                 f"column `{name}` is in no row",
                 f"{hint}the columns are: {shown}",
             )
@@ -168,9 +198,15 @@ class _RowReader:
     def example(self, line: int, row: dict[str, Any]) -> Example | None:
         f, where = self.data.fields, f"{self.path}:{line}"
         ex_id = self.scalar(row, f.id, where) if f.id else f"{self.path.stem}:{line}"
-        text = self.text(row, where)
-        target = self.value(row, f.target, where)
-        if target is not None and self.task in ("extraction", "format"):
+        messages = None
+        if self.data.chat is not None:
+            messages, text, target = self.conversation(row, where)
+        else:
+            text = self.text(row, where)
+            target = self.value(row, f.target, where)
+        # A chat answer is text unless the campaign extracts JSON from it.
+        json_tasks = ("extraction",) if self.data.chat is not None else ("extraction", "format")
+        if target is not None and self.task in json_tasks:
             target = self.parse_target(target, where)
         context = {n: _plain(row.get(n), where, n, self.problems) for n in f.context}
         label, group = self.scalar(row, f.label, where), self.scalar(row, f.group, where)
@@ -186,7 +222,22 @@ class _RowReader:
             group=group,
             time=when,
             context={k: v for k, v in context.items() if k not in self.absent},
+            messages=messages,
         )
+
+    def conversation(
+        self, row: dict[str, Any], where: str
+    ) -> tuple[list[dict[str, str]] | None, str | None, str | None]:
+        """(turns, input text, last answer) of a chat row; all None when the row is bad."""
+        chat = self.data.chat
+        assert chat is not None
+        if chat.field_messages in self.absent:
+            return None, None, None
+        value = _plain(row.get(chat.field_messages), where, chat.field_messages, self.problems)
+        turns = read_conversation(value, where, chat, self.problems)
+        if turns is None:
+            return None, None, None
+        return turns, input_text(turns), last_answer(turns)
 
     def value(self, row: dict[str, Any], name: str | None, where: str) -> Any:
         """A mapped column's value; a mapped column must be filled on every row."""
@@ -231,7 +282,7 @@ class _RowReader:
 
     def parse_target(self, value: Any, where: str) -> Any:
         """The JSON answer: an object/array as is, or a JSON string (CSV) parsed."""
-        name = self.data.fields.target
+        name = self.data.fields.target or "the last assistant turn"
         if isinstance(value, str):
             try:
                 value = json.loads(value)

@@ -40,7 +40,7 @@ def prepare_data(
     root = Path(root)
     data = campaign.data
     task = campaign.hypothesis.task
-    loaded = _load_all(campaign, root)
+    loaded, sources = _load_all(campaign, root)
     order = list(loaded)
     # Clean the whole file set at once, in train, validation, test order, so that
     # drop_exact_duplicates keeps the training copy of a duplicate (see clean.py).
@@ -83,6 +83,7 @@ def prepare_data(
                 "label_names": label_names,
                 "encoding": encoding,
                 "task": task,
+                "sources": sources,
             },
         )
         if sealed is None and seal and splits["test"]:
@@ -127,6 +128,8 @@ def encoding_identity(campaign: Campaign, label_names: list[str]) -> dict[str, A
         "mask_prompt": d.mask_prompt,
         "label_names": label_names,
     }
+    if d.chat is not None:
+        identity["chat"] = d.chat.model_dump(mode="json")
     if task == "image_classification":  # transforms are versioned as cleaning rules are
         identity["images"] = d.images.model_dump(
             mode="json", include={"augment", "exif_transpose", "max_pixels"}
@@ -190,18 +193,23 @@ def write_json_atomic(path: Path, payload: Any) -> None:
         raise
 
 
-def _load_all(campaign: Campaign, root: Path) -> dict[str, list[Example]]:
-    """Every file loaded, or one InputError with the problems of all files together."""
+def _load_all(
+    campaign: Campaign, root: Path
+) -> tuple[dict[str, list[Example]], dict[str, dict[str, Any]]]:
+    """Every file loaded, or one InputError with the problems of all files together; and per
+    split what each source was (a saved dataset's split and fingerprint, D1)."""
     data, task = campaign.data, campaign.hypothesis.task
     problems: list[Problem] = []
     loaded: dict[str, list[Example]] = {}
+    sources: dict[str, dict[str, Any]] = {}
     for name, path in data_paths(campaign, root).items():
         split = None if name == "all" else name
+        sources[name] = {"source": str(path)}
         try:
             if task == "image_classification":
                 loaded[name] = load_images(path, data, task, split, root)
             else:
-                loaded[name] = load_file(path, data, task, split)
+                loaded[name] = load_file(path, data, task, split, record=sources[name])
         except InputError as exc:
             problems.extend(exc.problems)
     seen: dict[str, Example] = {}
@@ -230,7 +238,7 @@ def _load_all(campaign: Campaign, root: Path) -> dict[str, list[Example]]:
         )
     if problems:
         raise InputError(problems, title="cannot load the data")
-    return loaded
+    return loaded, sources
 
 
 def _refuse_emptied_files(

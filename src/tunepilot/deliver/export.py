@@ -127,6 +127,7 @@ def export_model(
         "labels": labels,
         "data_version": data_version,
         "template": campaign.data.template if kind == "causal_lm" else None,
+        "chat": campaign.data.chat.model_dump(mode="json") if campaign.data.chat else None,
         "tunepilot_version": _tunepilot_version(),
         "merged": "merged" if merge and weights == "adapter" else None,
     }
@@ -140,6 +141,8 @@ def export_model(
             _tie_adapter(tmp, model_source)
         else:
             model.save_pretrained(str(tmp))  # transformers 5 writes safetensors only
+        if campaign.data.chat and campaign.data.chat.chat_template_jinja:
+            tokenizer.chat_template = campaign.data.chat.chat_template_jinja  # as trained
         tokenizer.save_pretrained(str(tmp))
         if spec["merged"]:
             from tunepilot.deliver.merge import save_merged
@@ -242,6 +245,12 @@ def _readme(
             "Sequence classification into these classes (id: name): "
             + ", ".join(f"{i}: {n}" for i, n in enumerate(spec["labels"]))
             + "."
+        )
+    elif spec.get("chat"):
+        task = (
+            f"Chat generation ({spec['task']}): the prompt is the conversation rendered with the "
+            "tokenizer's chat template, `tokenizer.apply_chat_template(messages, "
+            "add_generation_prompt=True)`. Decoding: greedy, stop at EOS."
         )
     else:
         task = (

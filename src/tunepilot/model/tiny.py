@@ -23,10 +23,29 @@ DEFAULT_CORPUS = [
 ]
 
 
+CHAT_ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
+TINY_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>' + '\n' }}"
+    "{% if message['role'] == 'assistant' %}"
+    "{% generation %}{{ message['content'] + eos_token }}{% endgeneration %}"
+    "{% else %}{{ message['content'] + eos_token }}{% endif %}{{ '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' + '\n' }}{% endif %}"
+)
+"""A chat template in the shape of TRL's assistant-only-loss templates: role headers, EOS ends
+every turn (so generation stops there), assistant text inside `{% generation %}`."""
+
+
 def train_tokenizer(
-    directory: str | Path, corpus: Iterable[str] | None = None, vocab_size: int = 400
+    directory: str | Path,
+    corpus: Iterable[str] | None = None,
+    vocab_size: int = 400,
+    chat_template: str | None = None,
 ):
-    """Train a byte-level BPE on `corpus`, wrap it for transformers, save it to `directory`."""
+    """Train a byte-level BPE on `corpus`, wrap it for transformers, save it to `directory`.
+
+    With `chat_template` the role headers become special tokens and the template is saved
+    with the tokenizer, as an instruct model's tokenizer ships it."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -36,7 +55,8 @@ def train_tokenizer(
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=["<pad>", "<s>", "</s>", "<cls>", "<sep>"],
+        special_tokens=["<pad>", "<s>", "</s>", "<cls>", "<sep>"]
+        + (CHAT_ROLE_TOKENS if chat_template else []),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -49,6 +69,9 @@ def train_tokenizer(
         cls_token="<cls>",
         sep_token="<sep>",
     )
+    if chat_template:
+        fast.add_special_tokens({"additional_special_tokens": CHAT_ROLE_TOKENS})
+        fast.chat_template = chat_template
     fast.save_pretrained(str(directory))
     return fast
 
@@ -65,15 +88,19 @@ enough (2 layers) that per-layer code paths and LoRA targets are exercised."""
 
 
 def build_tiny_llama(
-    directory: str | Path, corpus: Iterable[str] | None = None, seed: int = 0
+    directory: str | Path,
+    corpus: Iterable[str] | None = None,
+    seed: int = 0,
+    chat_template: str | None = None,
 ) -> Path:
-    """A 2-layer Llama causal LM (~130k params) and its tokenizer, saved to `directory`."""
+    """A 2-layer Llama causal LM (~130k params) and its tokenizer, saved to `directory`;
+    with `chat_template` (e.g. TINY_CHAT_TEMPLATE) a chat model's tokenizer."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tok = train_tokenizer(directory, corpus)
+    tok = train_tokenizer(directory, corpus, chat_template=chat_template)
     config = LlamaConfig(
         vocab_size=len(tok),
         **TINY_SHAPE,

@@ -12,6 +12,7 @@ from typing import Any
 from tunepilot.campaign import Campaign
 from tunepilot.errors import InputError, Problem
 from tunepilot.tasks.base import TaskEncoder
+from tunepilot.tasks.chat import ChatEncoder
 from tunepilot.tasks.classification import ClassificationEncoder
 from tunepilot.tasks.generation import GenerationEncoder
 
@@ -48,15 +49,16 @@ def make_encoder(
         return ClassificationEncoder(
             tokenizer, label_names, data.max_length, context_fields=data.fields.context
         )
-    return GenerationEncoder(
-        tokenizer,
-        data.template,
-        data.max_length,
-        mask_prompt=data.mask_prompt,
-        task=task,
-        required_fields=campaign.hypothesis.required_fields,
-        schema=campaign.hypothesis.target_schema,
-    )
+    answers = {
+        "max_length": data.max_length,
+        "mask_prompt": data.mask_prompt,
+        "task": task,
+        "required_fields": campaign.hypothesis.required_fields,
+        "schema": campaign.hypothesis.target_schema,
+    }
+    if data.chat is not None:
+        return ChatEncoder(tokenizer, data.chat, **answers)
+    return GenerationEncoder(tokenizer, data.template, **answers)
 
 
-__all__ = ["ClassificationEncoder", "GenerationEncoder", "make_encoder"]
+__all__ = ["ChatEncoder", "ClassificationEncoder", "GenerationEncoder", "make_encoder"]

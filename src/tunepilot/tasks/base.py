@@ -4,7 +4,7 @@ audit's truncation check, training and evaluation (D3, D5).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tunepilot.tasks.example import Example
@@ -22,6 +22,8 @@ class Encoded:
     tokens that belong to the prompt; `target_truncated` says max_length cut answer tokens (S6).
     An image example has no tokens: `pixel_values` holds the processed (channels, height, width)
     tensor and `input_ids` stays empty.
+    For a conversation, `cut_turns` numbers (from 1) the assistant turns carrying loss that
+    max_length cut, so the audit can report truncation turn by turn.
     """
 
     example_id: str
@@ -32,6 +34,7 @@ class Encoded:
     target_truncated: bool
     full_length: int
     pixel_values: Any = None
+    cut_turns: list[int] = field(default_factory=list)
 
     @property
     def loss_tokens(self) -> int:

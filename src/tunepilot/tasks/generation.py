@@ -26,6 +26,57 @@ def canonical_answer(target: Any) -> str:
     return json.dumps(target, sort_keys=False, ensure_ascii=False, separators=(",", ":"))
 
 
+def answer_text(example: Example, task: str) -> str:
+    """The answer the model must write, without EOS: the target text (format) or the canonical
+    JSON of the extraction target. Shared by every causal-LM encoder."""
+    target = example.target
+    if target is None:
+        raise InputError(
+            [
+                Problem(
+                    example.source,
+                    f"example {example.id} has no target",
+                    "fill the target column for every row (data.fields.target)",
+                )
+            ],
+            title="missing target",
+        )
+    if task == "format":
+        return target if isinstance(target, str) else canonical_answer(target)
+    return canonical_answer(gold_object(example))
+
+
+def gold_object(example: Example) -> dict[str, Any]:
+    """The extraction target as a JSON object (a JSON string is parsed once, here)."""
+    target = example.target
+    if isinstance(target, str):
+        try:
+            target = json.loads(target)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                [
+                    Problem(
+                        example.source,
+                        f"example {example.id}: target is not JSON ({exc.msg})",
+                        "write the target as a JSON object",
+                    )
+                ],
+                title="invalid target",
+            ) from None
+    if not isinstance(target, dict):
+        raise InputError(
+            [
+                Problem(
+                    example.source,
+                    f"example {example.id}: target is {type(target).__name__}, not an object",
+                    "extraction targets are JSON objects with fields",
+                )
+            ],
+            title="invalid target",
+        )
+    return target
+
+
 class GenerationEncoder:
     """Encode prompt + answer + EOS for a causal LM, with the prompt masked from the loss (D5)."""
 
@@ -113,51 +164,11 @@ class GenerationEncoder:
 
     def answer_text(self, example: Example) -> str:
         """The answer the model must write, without EOS."""
-        target = example.target
-        if target is None:
-            raise InputError(
-                [
-                    Problem(
-                        example.source,
-                        f"example {example.id} has no target",
-                        "fill the target column for every row (data.fields.target)",
-                    )
-                ],
-                title="missing target",
-            )
-        if self.task == "format":
-            return target if isinstance(target, str) else canonical_answer(target)
-        return canonical_answer(self.gold_object(example))
+        return answer_text(example, self.task)
 
     def gold_object(self, example: Example) -> dict[str, Any]:
-        """The extraction target as a JSON object (a JSON string is parsed once, here)."""
-        target = example.target
-        if isinstance(target, str):
-            try:
-                target = json.loads(target)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    [
-                        Problem(
-                            example.source,
-                            f"example {example.id}: target is not JSON ({exc.msg})",
-                            "write the target as a JSON object",
-                        )
-                    ],
-                    title="invalid target",
-                ) from None
-        if not isinstance(target, dict):
-            raise InputError(
-                [
-                    Problem(
-                        example.source,
-                        f"example {example.id}: target is {type(target).__name__}, not an object",
-                        "extraction targets are JSON objects with fields",
-                    )
-                ],
-                title="invalid target",
-            )
-        return target
+        """The extraction target as a JSON object."""
+        return gold_object(example)
 
     def prompt_ids(self, example: Example) -> list[int]:
         """Prompt token ids, cut to max_length as in training: what generation starts from.

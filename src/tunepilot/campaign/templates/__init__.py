@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tunepilot.errors import input_error
 
-TASKS = ("classification", "extraction", "format", "image_classification")
+TASKS = ("classification", "extraction", "format", "image_classification", "chat")
 
 
 def template_text(task: str) -> str:

@@ -1,0 +1,295 @@
+"""`tunepilot init DIR --from-axolotl FILE`: an Axolotl config becomes a commented campaign.
+
+Users arrive with an Axolotl YAML that already says which base, which adapter and which
+optimiser settings they trust. The keys that mean the same thing here are carried over, each
+with a comment naming the Axolotl key it came from; every other key is listed, never dropped
+silently, because a setting the campaign does not carry is a difference between the two runs.
+What Axolotl does not have (the hypothesis and its guards, H1-H2) is left for the user to state.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tunepilot.errors import InputError, Problem, input_error
+
+# axolotl key -> campaign key (dotted), for values that carry over unchanged.
+DIRECT = {
+    "base_model": "model.name_or_path",
+    "revision_of_model": "model.revision",
+    "trust_remote_code": "model.trust_remote_code",
+    "lora_r": "model.lora.r",
+    "lora_alpha": "model.lora.alpha",
+    "lora_dropout": "model.lora.dropout",
+    "lora_target_modules": "model.lora.target_modules",
+    "lora_modules_to_save": "model.lora.modules_to_save",
+    "sequence_len": "data.max_length",
+    "micro_batch_size": "training.microbatch",
+    "gradient_accumulation_steps": "training.accumulation",
+    "learning_rate": "training.lr",
+    "warmup_steps": "training.warmup_updates",
+    "weight_decay": "training.weight_decay",
+    "max_grad_norm": "training.max_grad_norm",
+    "gradient_checkpointing": "training.activation_checkpointing",
+    "eval_steps": "training.eval_every",
+    "save_steps": "training.checkpoint_every",
+    "save_total_limit": "training.keep_last_checkpoints",
+    "seed": "training.seed",
+    "num_epochs": "training.budget.epochs",
+    "max_steps": "training.budget.updates",
+}
+# Why common keys that have no campaign equivalent are not carried (others: "no campaign key").
+NOT_CARRIED = {
+    "load_in_8bit": "the base loads in model precision here; 8-bit loading is not a campaign key",
+    "load_in_4bit": "the base loads in model precision here; 4-bit loading is not a campaign key",
+    "sample_packing": "microbatches are padded per length bucket (training.bucket_by_length), "
+    "never packed",
+    "optimizer": "training uses AdamW (torch.optim.AdamW)",
+    "output_dir": "runs live in the campaign folder (runs/<run-id>/)",
+    "special_tokens": "the tokenizer is used as saved; pad = eos when it has no pad token",
+}
+SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant"}
+# Keys of one `datasets:` entry that map onto data.chat (Axolotl's chat_template type).
+CHAT_KEYS = ("field_messages", "message_property_mappings", "roles")
+SHAREGPT = {"field_messages": "conversations",
+            "message_property_mappings": {"role": "from", "content": "value"}}  # fmt: skip
+
+
+@dataclass
+class Conversion:
+    """The campaign mapping built so far, the source of each key, and what was not carried."""
+
+    campaign: dict[str, Any] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)  # dotted key -> axolotl key
+    unknown: list[str] = field(default_factory=list)  # "key: why" lines
+
+    def put(self, dotted: str, value: Any, origin: str) -> None:
+        node = self.campaign
+        *parents, last = dotted.split(".")
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[last] = value
+        self.origin[dotted] = origin
+
+
+def read_axolotl(path: Path) -> dict[str, Any]:
+    """The Axolotl config as a mapping, or an InputError (exit 2) naming the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise input_error(str(path), f"cannot read the Axolotl config ({exc})",
+                          "give the path of a readable Axolotl YAML file") from None  # fmt: skip
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise input_error(where, f"not valid YAML ({getattr(exc, 'problem', exc)})",
+                          "fix the YAML syntax on that line") from None  # fmt: skip
+    if not isinstance(config, dict):
+        raise input_error(str(path), f"a YAML {type(config).__name__}, not a mapping of keys",
+                          "give an Axolotl config (base_model:, datasets:, ...)")  # fmt: skip
+    return config
+
+
+def convert(config: dict[str, Any], name: str) -> Conversion:
+    """Map the keys this tool knows; list the rest with the reason they were not carried."""
+    out = Conversion()
+    out.put("name", name, "the folder name")
+    out.put("hypothesis", {"behaviour": "STATE THE BEHAVIOUR TO IMPROVE (H1)", "task": "format"},
+            "not in Axolotl: state it (H1, H2)")  # fmt: skip
+    handlers: dict[str, Callable[[Any], None]] = {
+        "adapter": lambda v: _adapter(out, v),
+        "lr_scheduler": lambda v: _scheduler(out, v),
+        "bf16": lambda v: _precision(out, "bf16", v),
+        "fp16": lambda v: _precision(out, "fp16", v),
+        "datasets": lambda v: _datasets(out, v, config),
+        "val_set_size": lambda v: _validation(out, v),
+        "train_on_inputs": lambda v: out.put(
+            "data.mask_prompt", not v, "axolotl `train_on_inputs`"
+        ),
+        "flash_attention": lambda v: _attention(out, "flash_attention_2", v, "flash_attention"),
+        "sdp_attention": lambda v: _attention(out, "sdpa", v, "sdp_attention"),
+        "chat_template": lambda v: None,  # read with `datasets`
+        "chat_template_jinja": lambda v: None,
+    }
+    for key, value in config.items():
+        if key in DIRECT:
+            if value is not None:
+                out.put(DIRECT[key], value, f"axolotl `{key}`")
+        elif key in handlers:
+            handlers[key](value)
+        elif value not in (None, False, "", [], {}):
+            shown = json.dumps(value, ensure_ascii=False, default=str)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            why = NOT_CARRIED.get(key) or "no campaign key"
+            out.unknown.append(f"{key}: {shown} ({why})")
+    if "adapter" not in config:
+        _adapter(out, None)
+    if "training.budget.updates" in out.origin and "training.budget.epochs" in out.origin:
+        del out.campaign["training"]["budget"]["epochs"]
+        del out.origin["training.budget.epochs"]
+        out.unknown.append("num_epochs: max_steps is kept (a campaign fixes one budget, S7)")
+    out.campaign.setdefault("model", {}).setdefault("name_or_path", "path/to/base-model")
+    out.campaign.setdefault("data", {}).setdefault("file", "path/to/data.jsonl")
+    if "data.chat" not in out.origin:
+        out.campaign["data"].setdefault("fields", {"text": "text", "target": "answer"})
+    return out
+
+
+def _adapter(out: Conversion, value: Any) -> None:
+    if value in ("lora", "qlora"):
+        out.put("model.method", "lora", f"axolotl `adapter: {value}`")
+        if value == "qlora":
+            out.unknown.append("adapter: qlora loads the base in 4 bits; set the base's "
+                               "precision by hand (LoRA is carried)")  # fmt: skip
+    elif value in (None, ""):
+        out.put("model.method", "full", "axolotl: no `adapter`, so full fine-tuning")
+    else:
+        out.unknown.append(f"adapter: `{value}` has no campaign equivalent (lora or full)")
+
+
+def _scheduler(out: Conversion, value: Any) -> None:
+    if value in SCHEDULERS:
+        out.put("training.scheduler", SCHEDULERS[value], "axolotl `lr_scheduler`")
+    else:
+        out.unknown.append(f"lr_scheduler: `{value}` (the campaign has constant, linear, cosine)")
+
+
+def _precision(out: Conversion, kind: str, value: Any) -> None:
+    if value in (True, "auto"):
+        out.put("training.precision", kind, f"axolotl `{kind}: {value}`")
+
+
+def _attention(out: Conversion, implementation: str, value: Any, key: str) -> None:
+    if value:
+        out.put("model.attn_implementation", implementation, f"axolotl `{key}`")
+
+
+def _validation(out: Conversion, value: Any) -> None:
+    if isinstance(value, int | float) and 0 < value < 1:
+        out.put("data.split.policy", "random", "axolotl holds out val_set_size at random")
+        out.put("data.split.validation", value, "axolotl `val_set_size`")
+    elif value:
+        out.unknown.append(f"val_set_size: {value} rows (the campaign takes a share below 1)")
+
+
+def _datasets(out: Conversion, value: Any, config: dict[str, Any]) -> None:
+    entries = value if isinstance(value, list) else [value]
+    if not entries or not isinstance(entries[0], dict):
+        out.unknown.append("datasets: not a list of dataset entries")
+        return
+    first, rest = entries[0], entries[1:]
+    for extra in rest:
+        out.unknown.append(f"datasets: `{extra.get('path')}` (a campaign reads one source)")
+    path = first.get("data_files") or first.get("path")
+    if isinstance(path, list):
+        path = path[0] if len(path) == 1 else None
+    if path:
+        out.put("data.file", path, "axolotl `datasets[0].path`")
+    kind = first.get("type")
+    if kind in ("chat_template", "sharegpt"):
+        chat: dict[str, Any] = dict(SHAREGPT) if kind == "sharegpt" else {}
+        chat |= {k: first[k] for k in CHAT_KEYS if first.get(k) is not None}
+        if first.get("message_field_role") or first.get("message_field_content"):
+            chat["message_property_mappings"] = {
+                "role": first.get("message_field_role", "role"),
+                "content": first.get("message_field_content", "content"),
+            }
+        template = first.get("chat_template") or config.get("chat_template")
+        if template == "jinja":
+            jinja = first.get("chat_template_jinja") or config.get("chat_template_jinja")
+            chat["chat_template_jinja"] = jinja
+        elif template not in (None, "tokenizer_default"):
+            out.unknown.append(f"chat_template: `{template}` is a name Axolotl expands; paste "
+                               "its Jinja into data.chat.chat_template_jinja, or keep the "
+                               "tokenizer's own")  # fmt: skip
+        trained = first.get("roles_to_train")
+        if trained not in (None, ["assistant"], ["gpt"]):
+            out.unknown.append(f"roles_to_train: {trained} (the loss is on assistant turns)")
+        out.put("data.chat", chat, f"axolotl `datasets[0]` of type {kind}")
+    elif kind is not None:
+        out.unknown.append(f"datasets[0].type: `{kind}`; map its columns to data.fields by hand")
+    known = {"path", "type", "data_files", "ds_type", "split", "chat_template",
+             "chat_template_jinja", "roles_to_train", "message_field_role",
+             "message_field_content", *CHAT_KEYS}  # fmt: skip
+    for key in sorted(set(first) - known):
+        out.unknown.append(f"datasets[0].{key}: not carried over")
+
+
+def render(conversion: Conversion, source: Path) -> str:
+    """The campaign as commented YAML: each carried key says which Axolotl key it came from."""
+    lines = [
+        f"# Converted from the Axolotl config {source} by `tunepilot init --from-axolotl`.",
+        "# Check me without training:  tunepilot validate {DIR}/campaign.yaml",
+        "# Then state the behaviour to improve and its guards under `hypothesis` (H1, H2).",
+    ]
+    _emit(conversion.campaign, "", 0, conversion.origin, lines)
+    if conversion.unknown:
+        lines += ["", "# Not carried over from the Axolotl config:"]
+        lines += [f"#   {item}" for item in conversion.unknown]
+    return "\n".join(lines) + "\n"
+
+
+def _emit(node: dict[str, Any], prefix: str, depth: int, origin: dict[str, str],
+          lines: list[str]) -> None:  # fmt: skip
+    pad = "  " * depth
+    for key, value in node.items():
+        dotted = f"{prefix}{key}"
+        note = f"  # {origin[dotted]}" if dotted in origin else ""
+        if isinstance(value, dict) and value:
+            if depth == 0:
+                lines.append("")
+            lines.append(f"{pad}{key}:{note}")
+            _emit(value, f"{dotted}.", depth + 1, origin, lines)
+            continue
+        text = json.dumps(value, ensure_ascii=False)  # JSON is YAML, and quotes what needs it
+        if isinstance(value, str) and re.fullmatch(r"[\w./:@+-]+", value):
+            text = value if not _yaml_special(value) else text
+        lines.append(f"{pad}{key}: {text}{note}")
+
+
+def _yaml_special(text: str) -> bool:
+    """Plain words YAML would read as something else (a bool, a number, null)."""
+    return not isinstance(yaml.safe_load(text), str)
+
+
+def write_from_axolotl(
+    directory: Path, source: Path, force: bool = False
+) -> tuple[Path, list[str]]:
+    """Write DIR/campaign.yaml from an Axolotl config; returns the path and the keys not carried.
+
+    The result is validated like any campaign before it is written, so what lands on disk
+    loads; a value the campaign refuses (e.g. a learning rate of 2) is an error naming it."""
+    from tunepilot.campaign.loading import validate_mapping
+
+    config = read_axolotl(source)
+    name = (
+        re.sub(r"[^A-Za-z0-9._-]+", "-", Path(directory).resolve().name).strip("-.") or "campaign"
+    )
+    conversion = convert(config, name)
+    try:
+        validate_mapping(conversion.campaign, source="converted campaign")
+    except InputError as err:
+        problems = []
+        for p in err.problems:
+            key = p.where.removeprefix("converted campaign ")
+            came = conversion.origin.get(key)
+            where = f"{source} {came}" if came else f"{source} -> {key}"
+            problems.append(Problem(where, p.found, p.fix))
+        title = "the Axolotl config does not make a valid campaign"
+        raise InputError(problems, title=title) from None
+    path = Path(directory) / "campaign.yaml"
+    if path.exists() and not force:
+        raise input_error(str(path), "a campaign file already exists",
+                          "choose another folder or pass --force to overwrite it")  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(conversion, Path(source)).replace("{DIR}", str(directory)), "utf-8")
+    return path, conversion.unknown

@@ -1,0 +1,231 @@
+"""Conversations rendered with the model's own chat template, loss on assistant turns (D3, D5).
+
+The template decides every token the model sees: role headers, separators, BOS, the
+end-of-turn marker. So the loss positions are taken from the template's own rendering, never
+from a re-implementation of it, in one of two ways (the encoding records which):
+
+- `generation tags`: a template that wraps assistant text in `{% generation %}` (as TRL's
+  assistant-only-loss templates do) lets transformers return the assistant tokens itself
+  (`apply_chat_template(..., return_assistant_tokens_mask=True)`).
+- `prefix diff`: otherwise each assistant turn is located by rendering the conversation up to
+  the turn with the generation prompt, and up to the end of the turn; the characters between
+  the two renderings are the turn (its end-of-turn marker included, so the model learns to
+  stop), and the tokens whose offsets fall there carry its loss. A template that renders an
+  earlier prefix differently once more turns follow is refused: there is no honest mask.
+
+Evaluation prompts the model with every turn before the last assistant turn and scores what it
+writes against that turn.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from tunepilot.campaign import ChatSettings, stable_hash
+from tunepilot.errors import InputError, Problem
+from tunepilot.tasks.base import IGNORE_INDEX, Encoded
+from tunepilot.tasks.classification import tokenizer_identity
+from tunepilot.tasks.example import Example
+from tunepilot.tasks.generation import answer_text, gold_object
+
+_GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+MaskMethod = Literal["generation tags", "prefix diff"]
+
+
+def _refuse(where: str, found: str, fix: str, title: str = "invalid chat template") -> InputError:
+    return InputError([Problem(where, found, fix)], title=title)
+
+
+class ChatEncoder:
+    """Encode a conversation with the chat template; loss on assistant turns only (D5)."""
+
+    kind = "causal_lm"
+    uses_chat_template = True  # the rendered text holds its special tokens (BOS included)
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        chat: ChatSettings,
+        max_length: int,
+        mask_prompt: bool = True,
+        task: Literal["extraction", "format"] = "format",
+        required_fields: list[str] | None = None,
+        schema: dict[str, Any] | None = None,
+    ) -> None:
+        template = chat.chat_template_jinja or getattr(tokenizer, "chat_template", None)
+        if not template:
+            raise _refuse(
+                "data.chat.chat_template_jinja",
+                "the tokenizer has no chat template and data.chat.chat_template_jinja is not set",
+                "set data.chat.chat_template_jinja to the Jinja template the model was trained "
+                "with (the `chat_template` of its instruct sibling's tokenizer_config.json), "
+                "or use a base whose tokenizer ships one",
+                title="no chat template",
+            )
+        if not getattr(tokenizer, "is_fast", False):
+            raise _refuse(
+                "model.name_or_path",
+                "the tokenizer is a slow (Python) tokenizer without token offsets",
+                "save the model with its fast tokenizer (tokenizer.json)",
+                title="tokenizer cannot locate turns",
+            )
+        self.tokenizer = tokenizer
+        self.chat = chat
+        self.template: str = template
+        self.max_length = max_length
+        self.mask_prompt = mask_prompt
+        self.task = task
+        self.required_fields = list(required_fields or [])
+        self.schema = schema
+        self.mask_method: MaskMethod = (
+            "generation tags" if _GENERATION_TAG.search(template) else "prefix diff"
+        )
+        self._identity = tokenizer_identity(tokenizer)
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    def render(self, turns: list[dict[str, str]], generation_prompt: bool = False) -> str:
+        return self.tokenizer.apply_chat_template(
+            turns,
+            chat_template=self.template,
+            tokenize=False,
+            add_generation_prompt=generation_prompt,
+        )
+
+    def _turns(self, example: Example) -> list[dict[str, str]]:
+        if not example.messages:
+            raise _refuse(
+                example.source,
+                f"example {example.id} holds no conversation",
+                "set data.chat only for files whose rows hold a list of turns",
+                title="not a conversation",
+            )
+        return example.messages
+
+    def _last_answer_index(self, turns: list[dict[str, str]]) -> int:
+        return max(i for i, t in enumerate(turns) if t["role"] == "assistant")
+
+    def render_prompt(self, example: Example) -> str:
+        """Every turn before the last assistant turn, then the template's generation prompt."""
+        turns = self._turns(example)
+        return self.render(turns[: self._last_answer_index(turns)], generation_prompt=True)
+
+    def prompt_ids(self, example: Example) -> list[int]:
+        """The evaluation prompt's ids, cut to max_length as in training."""
+        ids = self.tokenizer(self.render_prompt(example), add_special_tokens=False)["input_ids"]
+        return list(ids)[: self.max_length]
+
+    def answer_text(self, example: Example) -> str:
+        return answer_text(example, self.task)
+
+    def gold_object(self, example: Example) -> dict[str, Any]:
+        return gold_object(example)
+
+    # -- where the assistant turns are ------------------------------------------------------------
+
+    def _spans_by_generation_tags(
+        self, example: Example, turns: list[dict[str, str]]
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        out = self.tokenizer.apply_chat_template(
+            turns,
+            chat_template=self.template,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
+        ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+        spans: list[tuple[int, int]] = []
+        for i, flag in enumerate(mask):
+            if flag and (i == 0 or not mask[i - 1]):
+                spans.append((i, i + 1))
+            elif flag:
+                spans[-1] = (spans[-1][0], i + 1)
+        return ids, spans
+
+    def _spans_by_prefix_diff(
+        self, example: Example, turns: list[dict[str, str]]
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        full = self.render(turns)
+        char_spans = []
+        for i, turn in enumerate(turns):
+            if turn["role"] != "assistant":
+                continue
+            before = self.render(turns[:i], generation_prompt=True)
+            through = self.render(turns[: i + 1])
+            if not (full.startswith(before) and full.startswith(through)):
+                raise _refuse(
+                    f"{example.source} (turn {i + 1})",
+                    "the chat template renders the conversation up to this turn differently "
+                    "once later turns follow, so the turn's tokens cannot be located",
+                    "use a template that marks assistant text with {% generation %} ... "
+                    "{% endgeneration %} in data.chat.chat_template_jinja",
+                )
+            char_spans.append((len(before), len(through)))
+        enc = self.tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
+        spans = []
+        for start, end in char_spans:
+            inside = [k for k, (a, b) in enumerate(offsets) if b > start and a < end]
+            spans.append((inside[0], inside[-1] + 1) if inside else (start, start))
+        return ids, spans
+
+    # -- the protocol --------------------------------------------------------------------------
+
+    def encode(self, example: Example) -> Encoded:
+        """The whole conversation's ids; labels on the assistant turns declared by
+        data.chat.assistant_turns (every token when data.mask_prompt is false). Truncation keeps
+        the start; an assistant turn carrying loss that loses tokens is named in `cut_turns`."""
+        turns = self._turns(example)
+        if self.mask_method == "generation tags":
+            full, spans = self._spans_by_generation_tags(example, turns)
+        else:
+            full, spans = self._spans_by_prefix_diff(example, turns)
+        n_answers = sum(1 for t in turns if t["role"] == "assistant")
+        if len(spans) != n_answers:
+            raise _refuse(
+                example.source,
+                f"the template's generation tags mark {len(spans)} span(s) for {n_answers} "
+                "assistant turn(s)",
+                "wrap each assistant message, and only those, in {% generation %}",
+            )
+        numbered = list(enumerate(spans, start=1))
+        if self.chat.assistant_turns == "last":
+            numbered = numbered[-1:]
+        ids = full[: self.max_length]
+        labels = [IGNORE_INDEX] * len(ids) if self.mask_prompt else list(ids)
+        for _, (start, end) in numbered:
+            for k in range(start, min(end, len(ids))):
+                labels[k] = ids[k]
+        cut = [n for n, (_, end) in numbered if end > len(ids)]
+        first_loss = next((k for k, t in enumerate(labels) if t != IGNORE_INDEX), len(ids))
+        return Encoded(
+            example_id=example.id,
+            input_ids=ids,
+            labels=labels,
+            prompt_length=first_loss,
+            truncated=len(full) > len(ids),
+            target_truncated=bool(cut),
+            full_length=len(full),
+            cut_turns=cut,
+        )
+
+    def expected_target(self, example: Example) -> str:
+        return self.answer_text(example)
+
+    def training_view(self) -> ChatEncoder:
+        return self
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "task": self.task,
+            "tokenizer": self._identity,
+            "max_length": self.max_length,
+            "chat": self.chat.model_dump(mode="json"),
+            "chat_template_hash": stable_hash(self.template),
+            "loss_mask_method": self.mask_method,
+            "mask_prompt": self.mask_prompt,
+            "required_fields": self.required_fields,
+            "schema": self.schema,
+        }

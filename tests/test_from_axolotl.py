@@ -1,0 +1,149 @@
+"""`tunepilot init DIR --from-axolotl FILE` (issue item 6): the keys an Axolotl LoRA config
+shares with the campaign are carried over with a comment naming their source, the others are
+listed on stderr (exit 0), and an unreadable file is exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tunepilot.campaign import load_campaign
+
+# Axolotl's examples/llama-3/lora-1b.yml, with its dataset switched to the chat_template type.
+AXOLOTL_LORA = """\
+base_model: NousResearch/Llama-3.2-1B
+revision_of_model: 4e20de362430cd3b72f300e6b0f18e50e7166e08
+model_type: LlamaForCausalLM
+tokenizer_type: AutoTokenizer
+
+load_in_8bit: true
+load_in_4bit: false
+strict: false
+
+chat_template: tokenizer_default
+datasets:
+  - path: data/support_chats.jsonl
+    type: chat_template
+    field_messages: conversations
+    message_property_mappings:
+      role: from
+      content: value
+    roles:
+      user: ["human", "user"]
+      assistant: ["gpt", "assistant"]
+dataset_prepared_path:
+val_set_size: 0.05
+output_dir: ./outputs/lora-out
+
+adapter: lora
+lora_model_dir:
+
+sequence_len: 2048
+sample_packing: true
+eval_sample_packing: true
+pad_to_sequence_len: true
+
+lora_r: 16
+lora_alpha: 32
+lora_dropout: 0.05
+lora_fan_in_fan_out:
+lora_target_modules:
+  - gate_proj
+  - down_proj
+  - up_proj
+  - q_proj
+  - v_proj
+  - k_proj
+  - o_proj
+
+wandb_project:
+wandb_entity:
+wandb_watch:
+wandb_name:
+wandb_log_model:
+
+gradient_accumulation_steps: 2
+micro_batch_size: 2
+num_epochs: 1
+optimizer: adamw_8bit
+lr_scheduler: cosine
+learning_rate: 0.0002
+
+train_on_inputs: false
+group_by_length: false
+bf16: auto
+fp16:
+tf32: false
+
+gradient_checkpointing: true
+early_stopping_patience:
+resume_from_checkpoint:
+logging_steps: 1
+flash_attention: true
+
+warmup_steps: 10
+evals_per_epoch: 4
+saves_per_epoch: 1
+weight_decay: 0.0
+special_tokens:
+  pad_token: "<|end_of_text|>"
+"""
+
+
+def init(directory: Path, source: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tunepilot.cli", "init", str(directory), "--from-axolotl",
+         str(source)], capture_output=True, text=True, check=False)  # fmt: skip
+
+
+def test_6_axolotl_lora_config_converts_its_keys_and_lists_the_rest(tmp_path: Path) -> None:
+    source = tmp_path / "lora-1b.yml"
+    source.write_text(AXOLOTL_LORA, encoding="utf-8")
+    done = init(tmp_path / "support", source)
+    assert done.returncode == 0, done.stderr
+    c = load_campaign(tmp_path / "support" / "campaign.yaml")
+    assert (c.model.name_or_path, c.model.method) == ("NousResearch/Llama-3.2-1B", "lora")
+    assert c.model.revision == "4e20de362430cd3b72f300e6b0f18e50e7166e08"
+    assert (c.model.lora.r, c.model.lora.alpha, c.model.lora.dropout) == (16, 32, 0.05)
+    assert c.model.lora.target_modules == ["gate_proj", "down_proj", "up_proj", "q_proj",
+                                           "v_proj", "k_proj", "o_proj"]  # fmt: skip
+    assert c.model.attn_implementation == "flash_attention_2"
+    t = c.training
+    assert (t.lr, t.microbatch, t.accumulation, t.budget.epochs) == (2e-4, 2, 2, 1)
+    assert (t.scheduler, t.precision, t.warmup_updates) == ("cosine", "bf16", 10)
+    assert t.activation_checkpointing is True and t.weight_decay == 0.0
+    d = c.data
+    assert (d.file, d.max_length, d.split.validation, d.mask_prompt) == (
+        "data/support_chats.jsonl", 2048, 0.05, True)  # fmt: skip
+    assert d.chat is not None and d.chat.field_messages == "conversations"
+    assert d.chat.message_property_mappings == {"role": "from", "content": "value"}
+    assert d.chat.roles["assistant"] == ["gpt", "assistant"]
+    assert d.chat.chat_template_jinja is None
+    text = (tmp_path / "support" / "campaign.yaml").read_text()
+    assert "r: 16  # axolotl `lora_r`" in text and "lr: 0.0002  # axolotl `learning_rate`" in text
+    listed = done.stderr
+    for key in (
+        "model_type",
+        "tokenizer_type",
+        "load_in_8bit",
+        "sample_packing",
+        "pad_to_sequence_len",
+        "optimizer",
+        "evals_per_epoch",
+        "special_tokens",
+    ):
+        assert f"{key}:" in listed, key  # fmt: skip
+    for quiet in ("load_in_4bit", "wandb_project", "fp16", "lora_fan_in_fan_out"):
+        assert f"{quiet}:" not in listed, quiet  # unset or false: nothing was lost
+    assert "# Not carried over from the Axolotl config:" in text
+
+
+def test_6_unreadable_axolotl_file_is_exit_2_naming_it(tmp_path: Path) -> None:
+    missing = init(tmp_path / "a", tmp_path / "absent.yml")
+    assert missing.returncode == 2 and "absent.yml" in missing.stderr
+    broken = tmp_path / "broken.yml"
+    broken.write_text("base_model: x\nlora_r: [16\n", encoding="utf-8")
+    bad = init(tmp_path / "b", broken)
+    assert bad.returncode == 2 and "not valid YAML" in bad.stderr
+    assert not (tmp_path / "b" / "campaign.yaml").exists()
