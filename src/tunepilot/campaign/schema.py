@@ -158,6 +158,12 @@ class ModelSettings(Strict):
     lora: LoraSettings = Field(default_factory=LoraSettings)
     trust_remote_code: bool = False
     attn_implementation: str | None = None
+    base_dtype: Literal["fp32", "bf16", "fp16", "nf4", "int8"] | None = Field(
+        default=None,
+        description="Precision of the frozen base: fp32/bf16/fp16, or nf4/int8 (QLoRA, "
+        "bitsandbytes, CUDA only). Unset: fp32 on CPU, bf16 on a CUDA GPU that has it. "
+        "Trained weights (LoRA, modules_to_save, full fine-tuning) stay fp32.",
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Before renting: the pilot (13 gates) and the plan (sizing sheet, 3/7/30-day package)."""
+"""Before renting: the dry run, the pilot (13 gates) and the plan (sizing sheet, 3/7/30-day
+package)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,26 @@ def plan(
     from tunepilot.pilot.flow import run_plan
 
     run_body(lambda: run_plan(open_workspace(args), gpu=gpu, as_json=as_json, catalog=catalog))
+
+
+@app.command()
+def size(
+    args: CampaignArgs = None,
+    gpu: Annotated[
+        list[str] | None,
+        typer.Option("--gpu", help="A card of the GPU catalog to judge the peak against (repeat)."),
+    ] = None,
+    catalog: Catalog = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Dry run without a GPU: build the campaign's target architecture from its config.json
+    on meta tensors (no weights read), run its first step, steady step, evaluation,
+    checkpoint and export, and print each phase's peak bytes (weights, gradients, optimizer
+    state, activations, temporaries) and FLOPs. model.name_or_path may be a shipped config
+    such as llama-3-8b-config.
+
+    Example: tunepilot size campaign.yaml model.name_or_path=llama-3-8b-config --gpu "H100 80GB"
+    """
+    from tunepilot.sizing.dry_run_flow import run_size
+
+    run_body(lambda: run_size(open_workspace(args), gpus=gpu, as_json=as_json, catalog=catalog))

@@ -16,7 +16,6 @@ import this module's heavy side.
 
 from __future__ import annotations
 
-import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,11 +23,20 @@ from typing import Any, Literal
 from tunepilot.campaign import ModelSettings
 from tunepilot.errors import InputError, Problem
 from tunepilot.model.base import ModelSource, quiet_transformers
+from tunepilot.model.setup_checks import (
+    check_new_head_trainable,
+    check_target_modules,
+    linear_module_names,
+)
 from tunepilot.verdict import Finding, Verdict
 
+__all__ = [
+    "AUTO_CLASSES", "LoadedModel", "SetupFailure", "apply_method", "build_from_config",
+    "check_new_head_trainable", "check_target_modules", "enable_activation_checkpointing",
+    "linear_module_names", "load_model",
+]  # fmt: skip
+
 ModelKind = Literal["classification", "causal_lm", "image_classification"]
-_LINEAR_TYPES = ("Linear", "Conv1D")  # nn.Linear and GPT-2 style transformers Conv1D
-_PEFT_PREFIX = "base_model.model."
 
 
 AUTO_CLASSES: dict[str, str] = {
@@ -67,6 +75,7 @@ class LoadedModel:
     new_head_modules: list[str] = field(default_factory=list)
     new_keys: list[str] = field(default_factory=list)
     checkpoint_labels: list[str] | None = None  # the checkpoint's own id2label, if named (D6)
+    base_dtype: str = "fp32"  # model.base_dtype as resolved when the base was built
 
 
 def _checkpoint_labels(config: Any) -> list[str] | None:
@@ -78,50 +87,74 @@ def _checkpoint_labels(config: Any) -> list[str] | None:
     return names
 
 
-def load_model(
-    source: ModelSource,
-    task_kind: ModelKind,
-    settings: ModelSettings,
-    label_names: list[str] | None = None,
-    dtype: Any = None,
-    pad_token_id: int | None = None,
-) -> LoadedModel:
-    """Load the base for the task (P1); `label_names` in the campaign's id order set the head.
-
-    `pad_token_id` (from `load_tokenizer`) is written to the config when it has none: sequence
-    classification with decoder models finds the last real token through it.
-    """
-    import torch
+def _auto_class(task_kind: ModelKind) -> Any:
     import transformers
-    from transformers import AutoConfig
+
+    return getattr(transformers, AUTO_CLASSES[task_kind])
+
+
+def _build_kwargs(
+    settings: ModelSettings, task_kind: ModelKind, label_names: list[str] | None, base_dtype: str
+) -> dict[str, Any]:
+    """What a base is built with, the same for a loaded and a config-only (meta) model."""
+    from tunepilot.model.base_dtype import torch_dtype
 
     kwargs: dict[str, Any] = {
-        "dtype": dtype or torch.float32,
+        "dtype": torch_dtype(base_dtype),
         "trust_remote_code": settings.trust_remote_code,
-        "use_safetensors": True,
-        "output_loading_info": True,
     }
     if settings.attn_implementation:
         kwargs["attn_implementation"] = settings.attn_implementation
-    notes: list[str] = []
-    saved_labels = None
     if task_kind != "causal_lm":
         if not label_names:
             raise ValueError("classification needs label_names in the campaign's id order")
-        saved_labels = _checkpoint_labels(
-            AutoConfig.from_pretrained(
-                str(source.path), trust_remote_code=settings.trust_remote_code
-            )
-        )
         kwargs |= {
             "num_labels": len(label_names),
             "id2label": dict(enumerate(label_names)),
             "label2id": {name: i for i, name in enumerate(label_names)},
         }
-    auto = getattr(transformers, AUTO_CLASSES[task_kind])
+    return kwargs
+
+
+def load_model(
+    source: ModelSource,
+    task_kind: ModelKind,
+    settings: ModelSettings,
+    label_names: list[str] | None = None,
+    pad_token_id: int | None = None,
+    device_type: str | None = None,
+) -> LoadedModel:
+    """Load the base for the task (P1); `label_names` in the campaign's id order set the head.
+
+    The frozen base loads in `model.base_dtype`, resolved here for `device_type` (None: the
+    device this process trains on) and recorded in the notes and `LoadedModel.base_dtype`.
+    `pad_token_id` (from `load_tokenizer`) is written to the config when it has none: sequence
+    classification with decoder models finds the last real token through it.
+    """
+    from transformers import AutoConfig
+
+    from tunepilot.model.base_dtype import (
+        quantization_config,
+        require_quantization_backend,
+        resolve_base_dtype,
+    )
+
+    base_dtype, dtype_note = resolve_base_dtype(settings.base_dtype, device_type)
+    require_quantization_backend(base_dtype, device_type)
+    kwargs = _build_kwargs(settings, task_kind, label_names, base_dtype)
+    kwargs |= {"use_safetensors": True, "output_loading_info": True}
+    if (quantization := quantization_config(base_dtype)) is not None:
+        kwargs["quantization_config"] = quantization
+    saved_labels = None
+    if task_kind != "causal_lm":
+        saved_labels = _checkpoint_labels(
+            AutoConfig.from_pretrained(
+                str(source.path), trust_remote_code=settings.trust_remote_code
+            )
+        )
     try:
         with quiet_transformers():
-            model, info = auto.from_pretrained(str(source.path), **kwargs)
+            model, info = _auto_class(task_kind).from_pretrained(str(source.path), **kwargs)
     except RuntimeError as exc:
         if "ignore_mismatched_sizes" not in str(exc) and "size mismatch" not in str(exc):
             raise
@@ -138,22 +171,12 @@ def load_model(
             title="base model not loadable",
         ) from exc
     except ValueError as exc:
-        first = str(exc).strip().splitlines()[0][:300]
-        raise InputError(
-            [
-                Problem(
-                    "model.name_or_path",
-                    f"{source.path} cannot be loaded as a {task_kind} model ({first})",
-                    "use a base of an architecture that transformers supports for this task",
-                )
-            ],
-            title="base model not loadable",
-        ) from exc
+        raise _not_loadable(source.path, task_kind, exc) from exc
 
+    notes: list[str] = []
     params = dict(model.named_parameters())
     missing = sorted(info.get("missing_keys", ()))
     new_keys = [k for k in missing if k in params]
-    new_modules = sorted({k.rsplit(".", 1)[0] for k in new_keys})
     if new_keys:
         notes.append(f"newly initialised, not in the checkpoint: {', '.join(new_keys[:12])}")
     if other := [k for k in missing if k not in params]:
@@ -165,121 +188,94 @@ def load_model(
         )
     if unexpected := sorted(info.get("unexpected_keys", ())):
         notes.append(f"{len(unexpected)} checkpoint entries unused, e.g. {unexpected[:5]}")
+    return _loaded(model, source, task_kind, notes, new_keys, saved_labels, base_dtype,
+                   dtype_note, pad_token_id)  # fmt: skip
+
+
+def build_from_config(
+    config: dict[str, Any],
+    source: ModelSource,
+    task_kind: ModelKind,
+    settings: ModelSettings,
+    label_names: list[str] | None = None,
+    base_dtype: str = "fp32",
+    pad_token_id: int | None = None,
+) -> LoadedModel:
+    """The campaign's base built from its config.json alone, on meta tensors: no weight is
+    read and no memory is used, yet every module, shape and dtype is the one `load_model`
+    gives, so `apply_method` and the set-up checks run on it unchanged (the dry run, S1).
+
+    `config` is config.json as a dict (the caller may shrink `num_hidden_layers`). A
+    classification head that the checkpoint would not hold (a causal-LM or encoder
+    checkpoint) is reported as new, as loading would find it. nf4/int8 build the bf16 compute
+    model; sizing accounts for the quantized storage.
+    """
+    import torch
+    from transformers import AutoConfig
+
+    from tunepilot.model.base_dtype import QUANTIZED
+
+    kwargs = _build_kwargs(settings, task_kind, label_names, base_dtype)
+    dtype = kwargs.pop("dtype")
+    values = {k: v for k, v in config.items() if not k.startswith("_")}
+    model_type = values.pop("model_type", None)
+    try:
+        hf_config = AutoConfig.for_model(model_type, **values, **kwargs)
+        with torch.device("meta"), quiet_transformers():
+            model = _auto_class(task_kind).from_config(
+                hf_config, dtype=dtype, trust_remote_code=settings.trust_remote_code
+            )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _not_loadable(source.path, task_kind, exc) from exc
+    architectures = values.get("architectures") or []
+    head_saved = any(a.endswith(("ForSequenceClassification", "ForImageClassification"))
+                     for a in architectures)  # fmt: skip
+    prefix = f"{model.base_model_prefix}."
+    new_keys = (
+        [n for n, _ in model.named_parameters() if not n.startswith(prefix)]
+        if task_kind != "causal_lm" and not head_saved
+        else []
+    )
+    note = f"base built from config.json on meta tensors in {base_dtype}" + (
+        " (bf16 compute; quantized storage is sized apart)" if base_dtype in QUANTIZED else ""
+    )
+    return _loaded(model, source, task_kind, [], new_keys, None, base_dtype, note, pad_token_id)
+
+
+def _not_loadable(path: Any, task_kind: str, exc: Exception) -> InputError:
+    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    return InputError(
+        [
+            Problem(
+                "model.name_or_path",
+                f"{path} cannot be loaded as a {task_kind} model ({first})",
+                "use a base of an architecture that transformers supports for this task",
+            )
+        ],
+        title="base model not loadable",
+    )
+
+
+def _loaded(
+    model: Any,
+    source: ModelSource,
+    task_kind: ModelKind,
+    notes: list[str],
+    new_keys: list[str],
+    saved_labels: list[str] | None,
+    base_dtype: str,
+    dtype_note: str,
+    pad_token_id: int | None,
+) -> LoadedModel:
+    """The shared tail of loading and building: pad id, parameter count, notes."""
     if pad_token_id is not None and getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = pad_token_id
         notes.append(f"config.pad_token_id set to the tokenizer's pad id {pad_token_id}")
     total = sum(p.numel() for p in model.parameters())
-    notes.insert(0, f"{type(model).__name__}: {total:,} parameters ({kwargs['dtype']})")
-    return LoadedModel(model, source, task_kind, notes, new_modules, new_keys, saved_labels)
-
-
-def linear_module_names(model: Any) -> list[str]:
-    """Deduplicated short names of the modules LoRA can target (query, key, value, dense ...)."""
-    names = {
-        name.rsplit(".", 1)[-1]
-        for name, module in model.named_modules()
-        if name and type(module).__name__ in _LINEAR_TYPES
-    }
-    return sorted(names)
-
-
-def _matches(pattern: str, name: str) -> bool:
-    """peft's rule for a list of target names: the full name, or a dotted suffix of it."""
-    return name == pattern or name.endswith(f".{pattern}")
-
-
-def check_target_modules(
-    model: Any, patterns: list[str], modules_to_save: list[str] | tuple[str, ...] = ()
-) -> Finding:
-    """P1/P2: every `target_modules` pattern must match at least one module of the base.
-
-    peft raises only when *no* pattern matches; `["query", "q_proj"]` on BERT silently adapts
-    query alone. Modules listed in modules_to_save are not targets (peft excludes them too).
-    """
-    if list(patterns) == ["all-linear"]:
-        return Finding("lora-targets", Verdict.PASS, "target_modules is all-linear", "P1, P2")
-    names = [n for n, _ in model.named_modules() if n]
-    saved = [
-        n
-        for n in names
-        if any(re.match(rf"(^|.*\.){re.escape(m)}($|\..*)", n) for m in modules_to_save)
-    ]
-    counts = {p: sum(_matches(p, n) for n in names if n not in saved) for p in patterns}
-    unmatched = [p for p, c in counts.items() if c == 0]
-    if unmatched:
-        existing = linear_module_names(model)
-        return Finding(
-            "lora-targets",
-            Verdict.FAIL,
-            f"model.lora.target_modules {unmatched} match no module of this model; its linear "
-            f"modules are {existing}; fix model.lora.target_modules",
-            "P1, P2",
-            examples=existing[:20],
-            details={"unmatched": unmatched, "matches": counts, "linear_modules": existing},
-        )
-    return Finding(
-        "lora-targets",
-        Verdict.PASS,
-        f"target_modules match {sum(counts.values())} modules ({counts})",
-        "P1, P2",
-        details={"matches": counts},
-    )
-
-
-def _original_name(name: str) -> str | None:
-    """Map a (possibly peft-wrapped) parameter name to the base model's key, None for copies.
-
-    `base_model.model.classifier.modules_to_save.default.weight` -> `classifier.weight` (the
-    trained copy); `...original_module...` is peft's frozen original and maps to None.
-    """
-    name = name.removeprefix(_PEFT_PREFIX)
-    if ".original_module." in name:
-        return None
-    name = re.sub(r"\.modules_to_save\.[^.]+\.", ".", name)
-    return name.replace(".base_layer.", ".")
-
-
-def _save_name(module: str, names: list[str]) -> str:
-    """The shortest dotted suffix naming only `module`: peft matches modules_to_save with
-    `name.endswith(entry)`, so `dense` would also save every attention output projection."""
-    parts = module.split(".")
-    for i in range(len(parts) - 1, -1, -1):
-        suffix = ".".join(parts[i:])
-        if all(n == module or not n.endswith(suffix) for n in names):
-            return suffix
-    return module
-
-
-def check_new_head_trainable(model: Any, new_keys: list[str]) -> Finding:
-    """P2: every newly initialised weight must be trained, judged on the wrapped model itself.
-
-    peft adds `classifier`/`score` to modules_to_save for SEQ_CLS on its own, but not other new
-    layers (DistilBERT's `pre_classifier`, a BERT pooler missing from the checkpoint). A frozen
-    random layer still lets the loss fall a little through the adapters: a silent failure.
-    """
-    trainable = {_original_name(n) for n, p in model.named_parameters() if p.requires_grad} - {None}
-    frozen = [k for k in new_keys if k not in trainable]
-    if frozen:
-        modules = sorted({k.rsplit(".", 1)[0] for k in frozen})
-        names = [n.removeprefix(_PEFT_PREFIX) for n, _ in model.named_modules()]
-        short = sorted({_save_name(m, names) for m in modules})
-        return Finding(
-            "new-head-trainable",
-            Verdict.FAIL,
-            f"newly initialised weights {frozen[:6]} are frozen: they would stay random; add "
-            + ", ".join(f"`{s}`" for s in short)
-            + " to model.lora.modules_to_save",
-            "P2",
-            examples=frozen[:20],
-            details={"frozen_new_keys": frozen, "modules": modules},
-        )
-    return Finding(
-        "new-head-trainable",
-        Verdict.PASS,
-        f"all {len(new_keys)} newly initialised weights are trainable",
-        "P2",
-        details={"new_keys": new_keys},
-    )
+    notes[:0] = [f"{type(model).__name__}: {total:,} parameters", dtype_note]
+    new_modules = sorted({k.rsplit(".", 1)[0] for k in new_keys})
+    return LoadedModel(model, source, task_kind, notes, new_modules, new_keys, saved_labels,
+                       base_dtype)  # fmt: skip
 
 
 def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
@@ -287,8 +283,17 @@ def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
 
     Raises SetupFailure when a target pattern matches nothing or a new head stays frozen. LoRA
     injects its layers into `loaded.model` in place, so after a SetupFailure load again.
+    Over an nf4/int8 base, peft's `prepare_model_for_kbit_training` runs first, as peft
+    documents for QLoRA; trained weights end in fp32 whatever `model.base_dtype` is.
     """
+    from tunepilot.model.base_dtype import keep_trainable_fp32
+
     model = loaded.model
+    if getattr(model, "is_quantized", False):
+        from peft import prepare_model_for_kbit_training
+
+        # activation checkpointing is the loop's own switch (training.activation_checkpointing)
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if settings.method == "full":
         for param in model.parameters():
             param.requires_grad_(True)
@@ -318,6 +323,7 @@ def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
     head_check = check_new_head_trainable(model, loaded.new_keys)
     if head_check.verdict is Verdict.FAIL:
         raise SetupFailure(head_check, "model.lora.modules_to_save")
+    loaded.notes += keep_trainable_fp32(model)
     return model
 
 

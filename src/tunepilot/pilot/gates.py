@@ -37,10 +37,9 @@ differ between the two; half-precision autocast rounds far more."""
 
 def make_optimizer(model: Any, settings: Any, lr: float | None = None) -> Any:
     """AdamW over the trainable parameters, as `train.loop.train` builds it."""
-    import torch
+    from tunepilot.train.optimizer import build_optimizer
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=lr or settings.lr, weight_decay=settings.weight_decay)
+    return build_optimizer(model, settings, lr)
 
 
 def longest_microbatches(data: list[Any], microbatch: int, accumulation: int) -> list[list[Any]]:

@@ -53,6 +53,7 @@ from tunepilot.train.distributed import (
     load_gathered_checkpoint,
     save_gathered_checkpoint,
 )
+from tunepilot.train.optimizer import build_optimizer
 from tunepilot.train.precision import autocast_and_scaler
 from tunepilot.train.records import Records, RecordSink
 from tunepilot.train.schedule import lr_at
@@ -142,7 +143,7 @@ def train(
         enable_activation_checkpointing(unwrap(model))
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    optimizer = build_optimizer(model, settings)
 
     # Resume needs the optimizer built (its state is loaded into it) and comes before the
     # generators are restored, which must be the very last thing before the loop.

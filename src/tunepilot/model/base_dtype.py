@@ -1,0 +1,102 @@
+"""The precision of the frozen base (`model.base_dtype`), resolved once and recorded.
+
+A 7B base in fp32 takes twice the memory a user who loads it in bf16 sees, so the precision
+of the frozen weights is a campaign setting, not a constant. Unset, it resolves at load time:
+fp32 on CPU (bit-identical to earlier runs), bf16 on a CUDA GPU that has bf16. `nf4` and
+`int8` quantize the frozen base with bitsandbytes through transformers' own
+`BitsAndBytesConfig` (the QLoRA recipe: nf4, double quantization, bf16 compute); that
+training needs CUDA, so elsewhere it is refused with the way forward (`tunepilot size` still
+sizes it). Whatever the base, trained weights (LoRA, modules_to_save, full fine-tuning) are
+kept in fp32: AdamW updates smaller than a bf16 ulp would otherwise vanish.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunepilot.errors import input_error
+
+BASE_DTYPES = ("fp32", "bf16", "fp16", "nf4", "int8")
+QUANTIZED = ("nf4", "int8")
+_TORCH_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def resolve_base_dtype(requested: str | None, device_type: str | None = None) -> tuple[str, str]:
+    """(`model.base_dtype` as it will load, a sentence saying why) for a device type.
+
+    `device_type` None means "the device this process trains on": cuda when one is visible.
+    """
+    if device_type is None:
+        device_type = _default_device_type()
+    if requested is not None:
+        return requested, f"base weights in {requested} (model.base_dtype)"
+    if device_type == "cuda" and _cuda_has_bf16():
+        return "bf16", "base weights in bf16 (model.base_dtype unset: bf16 on this CUDA GPU)"
+    return "fp32", f"base weights in fp32 (model.base_dtype unset: fp32 on {device_type})"
+
+
+def torch_dtype(name: str) -> Any:
+    """The torch dtype the base's unquantized tensors hold; quantized bases compute in bf16."""
+    import torch
+
+    return getattr(torch, _TORCH_NAMES.get(name, "bfloat16"))
+
+
+def quantization_config(name: str) -> Any:
+    """transformers' BitsAndBytesConfig for nf4 (QLoRA) or int8, None for a plain dtype."""
+    if name not in QUANTIZED:
+        return None
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if name == "nf4":
+        return BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16,
+        )
+    return BitsAndBytesConfig(load_in_8bit=True)
+
+
+def require_quantization_backend(name: str, device_type: str | None = None) -> None:
+    """Refuse nf4/int8 training where bitsandbytes' 4/8-bit kernels cannot run (CPU here)."""
+    if name not in QUANTIZED:
+        return
+    device_type = device_type or _default_device_type()
+    if device_type != "cuda":
+        raise input_error(
+            "model.base_dtype",
+            f"{name} (bitsandbytes {'4' if name == 'nf4' else '8'}-bit) training needs a CUDA "
+            f"GPU and this machine trains on {device_type}",
+            "set model.base_dtype=bf16 or fp32 to run here; `tunepilot size CAMPAIGN` still "
+            f"sizes the {name} campaign without a GPU, and it trains on the rented CUDA card",
+            title="base precision not available",
+        )
+
+
+def keep_trainable_fp32(model: Any) -> list[str]:
+    """Cast every trainable parameter that is not fp32 to fp32, in place; notes say which."""
+    import torch
+
+    moved = []
+    for name, param in model.named_parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.to(torch.float32)
+            moved.append(name)
+    if not moved:
+        return []
+    return [f"{len(moved)} trainable tensors kept in fp32 over a lower-precision base "
+            f"(e.g. {moved[0]})"]  # fmt: skip
+
+
+def _default_device_type() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _cuda_has_bf16() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
