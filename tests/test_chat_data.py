@@ -279,3 +279,20 @@ def test_d5_bad_chat_rows_exit_2_from_the_cli_naming_file_line(
     assert done.returncode == 2, done.stderr
     assert f"{tmp_path / 'chat.jsonl'}:2 messages[1]" in done.stderr.replace("\n", "")
     assert "turn 2 (assistant) has no `content`" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_d5_a_template_that_ends_turns_without_eos_warns_that_generation_never_stops(
+    tiny_chat_llama_dir: Path,
+) -> None:
+    from tunepilot.data.audit_chat import check_turn_end
+    from tunepilot.verdict import Verdict
+
+    splits = {"train": [chat_example()], "validation": [], "test": []}
+    encoder, _ = encoder_for(tiny_chat_llama_dir)
+    assert check_turn_end(splits, encoder).verdict is Verdict.PASS
+    sep_closed = TAGLESS.replace("eos_token", "sep_token")
+    encoder, _ = encoder_for(tiny_chat_llama_dir, chat_template_jinja=sep_closed)
+    finding = check_turn_end(splits, encoder)
+    assert finding.verdict is Verdict.WARN
+    assert "not with the tokenizer's EOS '</s>'" in finding.sentence
+    assert "max_new_tokens" in finding.sentence

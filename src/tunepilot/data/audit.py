@@ -20,7 +20,7 @@ from typing import Any
 
 from tunepilot.campaign import CLASSIFICATION_TASKS, DataSettings, Hypothesis
 from tunepilot.data.audit_answers import check_gold_answers
-from tunepilot.data.audit_chat import check_same_user_turns
+from tunepilot.data.audit_chat import check_same_user_turns, check_turn_end
 from tunepilot.data.audit_labels import (
     FAIL,
     PASS,
@@ -77,6 +77,8 @@ def run_audit(
     ]
     if data.chat is not None:
         findings.append(check_same_user_turns(splits))
+        if encoder is not None:
+            findings.append(check_turn_end(splits, encoder))
     if data.fields.time:
         findings.append(check_time_overlap(splits, data.fields.time, data.split.policy))
     if task in CLASSIFICATION_TASKS:
