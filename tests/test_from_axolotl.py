@@ -108,7 +108,7 @@ def test_6_axolotl_lora_config_converts_its_keys_and_lists_the_rest(tmp_path: Pa
     assert (c.model.lora.r, c.model.lora.alpha, c.model.lora.dropout) == (16, 32, 0.05)
     assert c.model.lora.target_modules == ["gate_proj", "down_proj", "up_proj", "q_proj",
                                            "v_proj", "k_proj", "o_proj"]  # fmt: skip
-    assert c.model.attn_implementation == "flash_attention_2"
+    assert c.model.attn_implementation == "flash_attention_2" and c.model.base_dtype == "int8"
     t = c.training
     assert (t.lr, t.microbatch, t.accumulation, t.budget.epochs) == (2e-4, 2, 2, 1)
     assert (t.scheduler, t.precision, t.warmup_updates) == ("cosine", "bf16", 10)
@@ -126,7 +126,6 @@ def test_6_axolotl_lora_config_converts_its_keys_and_lists_the_rest(tmp_path: Pa
     for key in (
         "model_type",
         "tokenizer_type",
-        "load_in_8bit",
         "sample_packing",
         "pad_to_sequence_len",
         "optimizer",
@@ -134,7 +133,7 @@ def test_6_axolotl_lora_config_converts_its_keys_and_lists_the_rest(tmp_path: Pa
         "special_tokens",
     ):
         assert f"{key}:" in listed, key  # fmt: skip
-    for quiet in ("load_in_4bit", "wandb_project", "fp16", "lora_fan_in_fan_out"):
+    for quiet in ("load_in_4bit", "load_in_8bit", "wandb_project", "fp16", "lora_fan_in_fan_out"):
         assert f"{quiet}:" not in listed, quiet  # unset or false: nothing was lost
     assert "# Not carried over from the Axolotl config:" in text
 
@@ -147,3 +146,20 @@ def test_6_unreadable_axolotl_file_is_exit_2_naming_it(tmp_path: Path) -> None:
     bad = init(tmp_path / "b", broken)
     assert bad.returncode == 2 and "not valid YAML" in bad.stderr
     assert not (tmp_path / "b" / "campaign.yaml").exists()
+
+
+def test_6_qlora_becomes_lora_on_a_4_bit_base_and_max_steps_wins_over_epochs() -> None:
+    from tunepilot.campaign import validate_mapping
+    from tunepilot.campaign.axolotl import convert
+
+    config = {"base_model": "org/m", "adapter": "qlora", "load_in_4bit": True,
+              "num_epochs": 3, "max_steps": 200, "datasets": [{"path": "d.jsonl",
+              "type": "sharegpt"}], "lr_scheduler": "one_cycle"}  # fmt: skip
+    out = convert(config, "q")
+    c = validate_mapping(out.campaign)
+    assert (c.model.method, c.model.base_dtype) == ("lora", "nf4")
+    assert (c.training.budget.updates, c.training.budget.epochs) == (200, None)
+    assert c.data.chat is not None and c.data.chat.field_messages == "conversations"
+    assert c.data.chat.message_property_mappings == {"role": "from", "content": "value"}
+    assert any(u.startswith("num_epochs:") for u in out.unknown)
+    assert any(u.startswith("lr_scheduler:") and "one_cycle" in u for u in out.unknown)

@@ -47,8 +47,6 @@ DIRECT = {
 }
 # Why common keys that have no campaign equivalent are not carried (others: "no campaign key").
 NOT_CARRIED = {
-    "load_in_8bit": "the base loads in model precision here; 8-bit loading is not a campaign key",
-    "load_in_4bit": "the base loads in model precision here; 4-bit loading is not a campaign key",
     "sample_packing": "microbatches are padded per length bucket (training.bucket_by_length), "
     "never packed",
     "optimizer": "training uses AdamW (torch.optim.AdamW)",
@@ -112,6 +110,8 @@ def convert(config: dict[str, Any], name: str) -> Conversion:
         "fp16": lambda v: _precision(out, "fp16", v),
         "datasets": lambda v: _datasets(out, v, config),
         "val_set_size": lambda v: _validation(out, v),
+        "load_in_4bit": lambda v: _base_dtype(out, "nf4", v, "load_in_4bit"),
+        "load_in_8bit": lambda v: _base_dtype(out, "int8", v, "load_in_8bit"),
         "train_on_inputs": lambda v: out.put(
             "data.mask_prompt", not v, "axolotl `train_on_inputs`"
         ),
@@ -148,8 +148,7 @@ def _adapter(out: Conversion, value: Any) -> None:
     if value in ("lora", "qlora"):
         out.put("model.method", "lora", f"axolotl `adapter: {value}`")
         if value == "qlora":
-            out.unknown.append("adapter: qlora loads the base in 4 bits; set the base's "
-                               "precision by hand (LoRA is carried)")  # fmt: skip
+            out.put("model.base_dtype", "nf4", "axolotl `adapter: qlora` (4-bit base)")
     elif value in (None, ""):
         out.put("model.method", "full", "axolotl: no `adapter`, so full fine-tuning")
     else:
@@ -166,6 +165,11 @@ def _scheduler(out: Conversion, value: Any) -> None:
 def _precision(out: Conversion, kind: str, value: Any) -> None:
     if value in (True, "auto"):
         out.put("training.precision", kind, f"axolotl `{kind}: {value}`")
+
+
+def _base_dtype(out: Conversion, dtype: str, value: Any, key: str) -> None:
+    if value:
+        out.put("model.base_dtype", dtype, f"axolotl `{key}`")
 
 
 def _attention(out: Conversion, implementation: str, value: Any, key: str) -> None:
