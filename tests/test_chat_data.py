@@ -209,7 +209,7 @@ def conversation(i: int, question: str | None = None, answer: str | None = None)
     }
 
 
-def test_d2_d8_audit_treats_a_conversation_as_one_unit(
+def test_d2_d8_audit_treats_a_conversation_as_one_unit_and_finds_rows_cut_from_one(
     tiny_chat_llama_dir: Path, tmp_path: Path
 ) -> None:
     """Whole-conversation copies and same-user-turns copies across splits FAIL separately,
@@ -226,7 +226,8 @@ def test_d2_d8_audit_treats_a_conversation_as_one_unit(
     copy = {**train[2], "id": "c21"}
     validation = [conversation(i) for i in range(10, 14)] + [same_questions, copy]
     write_rows(tmp_path / "train.jsonl", train)
-    write_rows(tmp_path / "validation.jsonl", validation)
+    cut_row = {"id": "c22", "messages": train[3]["messages"][:2]}  # a row cut from c3
+    write_rows(tmp_path / "validation.jsonl", [*validation, cut_row])
     spec = {
         "name": "chat-audit",
         "hypothesis": {"behaviour": "answer order questions", "task": "format"},
@@ -248,6 +249,8 @@ def test_d2_d8_audit_treats_a_conversation_as_one_unit(
         ("c20", "c1"),
         ("c21", "c2"),
     ]
+    opening = by["conversations cut into rows"]
+    assert opening.verdict is Verdict.WARN and opening.details["pairs"] == [("c22", "c3")]
     lengths = by["length and truncation"]
     assert lengths.verdict is Verdict.FAIL
     assert "assistant turn 2" in lengths.sentence

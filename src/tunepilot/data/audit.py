@@ -20,7 +20,11 @@ from typing import Any
 
 from tunepilot.campaign import CLASSIFICATION_TASKS, DataSettings, Hypothesis
 from tunepilot.data.audit_answers import check_gold_answers
-from tunepilot.data.audit_chat import check_same_user_turns, check_turn_end
+from tunepilot.data.audit_chat import (
+    check_same_user_turns,
+    check_shared_openings,
+    check_turn_end,
+)
 from tunepilot.data.audit_labels import (
     FAIL,
     PASS,
@@ -77,6 +81,8 @@ def run_audit(
     ]
     if data.chat is not None:
         findings.append(check_same_user_turns(splits))
+        if data.split.policy != "group":  # under a group split the group check covers it
+            findings.append(check_shared_openings(splits))
         if encoder is not None:
             findings.append(check_turn_end(splits, encoder))
     if data.fields.time:

@@ -1,55 +1,105 @@
 """Audit checks for conversations: one unit for duplicates (D2, D8), one stop token (D5).
 
 The ordinary duplicate checks key a conversation on the whole of it, answers included (see
-`clean.duplicate_key`). This one keys it on its user and system turns only: an evaluation
-conversation whose questions all appear, in order, in a training conversation measures whether
-the model remembers that training answer, even when the answers were worded differently.
+`clean.duplicate_key`). These key it on its user and system turns only (an evaluation
+conversation asking what a training one asked measures a remembered answer, however the
+answers were worded), and on its opening exchange (rows cut from one conversation).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 from tunepilot.data.audit_labels import FAIL, PASS, SHOWN, WARN, _later, _noun, _nouns, _order
 from tunepilot.data.normalize import normalize_text
 from tunepilot.tasks.base import IGNORE_INDEX
-from tunepilot.tasks.example import Splits
+from tunepilot.tasks.example import Example, Splits
 from tunepilot.verdict import Finding
+
+
+def _repeats(splits: Splits, key: Callable[[Example], str]) -> dict[str, list[tuple[str, str]]]:
+    """{evaluation split: [(its id, the earlier split's id with the same key)]}."""
+    first_of: dict[str, str] = {}
+    for split in _order(splits):
+        for ex in splits[split]:
+            first_of.setdefault(key(ex), ex.id)
+    earlier_ids = {s: {ex.id for s2 in e for ex in splits[s2]} for s, e in _later(splits)}
+    repeated: dict[str, list[tuple[str, str]]] = {}
+    for split, before in earlier_ids.items():
+        for ex in splits[split]:
+            first = first_of[key(ex)]
+            if first in before:
+                repeated.setdefault(split, []).append((ex.id, first))
+    return repeated
+
+
+def _user_turns(ex: Example) -> str:
+    return normalize_text(ex.text)
+
+
+def _opening(ex: Example) -> str:
+    """The turns up to the first answer, normalised: what rows cut from one conversation
+    (one row per turn, a common way to expand multi-turn data) all share."""
+    turns = ex.messages or []
+    end = next((i for i, t in enumerate(turns) if t["role"] == "assistant"), len(turns))
+    return json.dumps([[t["role"], normalize_text(t["content"])] for t in turns[: end + 1]])
+
+
+def _sentence(splits: Splits, repeated: dict[str, list[tuple[str, str]]], verb: str) -> str:
+    earlier_of = dict(_later(splits))
+    parts = [f"{len(p)} {_noun(s)} conversations {verb} a {_nouns(earlier_of[s])} conversation"
+             for s, p in repeated.items()]  # fmt: skip
+    pairs = [p for ps in repeated.values() for p in ps]
+    shown = ", ".join(f"{a} ~ {b}" for a, b in pairs[:3])
+    return f"{' and '.join(parts)} (e.g. {shown})"
 
 
 def check_same_user_turns(splits: Splits) -> Finding:
     """D2/D8: evaluation conversations asking exactly what a training conversation asked."""
     check = "same user turns across splits"
-    first_of: dict[str, str] = {}
-    for split in _order(splits):
-        for ex in splits[split]:
-            first_of.setdefault(normalize_text(ex.text), ex.id)
-    earlier_ids = {s: {ex.id for s2 in e for ex in splits[s2]} for s, e in _later(splits)}
-    repeated: dict[str, list[tuple[str, str]]] = {}
-    for split in earlier_ids:
-        for ex in splits[split]:
-            first = first_of[normalize_text(ex.text)]
-            if first in earlier_ids[split]:
-                repeated.setdefault(split, []).append((ex.id, first))
+    repeated = _repeats(splits, _user_turns)
     if not repeated:
         sentence = (
             "no evaluation conversation repeats the user turns of an earlier split's "
             "conversation after normalisation"
         )
         return Finding(check, PASS, sentence, "D2, D8")
-    earlier_of = dict(_later(splits))
-    parts = [
-        f"{len(p)} {_noun(s)} conversations ask what a {_nouns(earlier_of[s])} conversation asked"
-        for s, p in repeated.items()
-    ]
-    pairs = [p for ps in repeated.values() for p in ps]
-    shown = ", ".join(f"{a} = {b}" for a, b in pairs[:3])
     sentence = (
-        f"{' and '.join(parts)}, turn for turn (e.g. {shown}); the score would measure a "
-        "remembered answer: remove them or split by conversation (data.fields.group)"
+        f"{_sentence(splits, repeated, 'ask, turn for turn, what was asked in')}; the score "
+        "would measure a remembered answer: remove them or split by conversation "
+        "(data.fields.group)"
     )
+    pairs = [p for ps in repeated.values() for p in ps]
     details = {"counts": {s: len(p) for s, p in repeated.items()}, "pairs": pairs[:50]}
     return Finding(check, FAIL, sentence, "D2, D8", examples=[a for a, _ in pairs[:SHOWN]],
+                   details=details)  # fmt: skip
+
+
+def check_shared_openings(splits: Splits) -> Finding:
+    """D8: rows of one conversation on both sides of a split. Without a declared conversation
+    id, the sign is an evaluation row opening with the same exchange (first user turn and
+    first answer) as a training row that asks something else later. A WARN, not a FAIL: two
+    conversations can open the same way ("hi" / "Hello, how can I help?")."""
+    check = "conversations cut into rows"
+    asked = {a for ps in _repeats(splits, _user_turns).values() for a, _ in ps}
+    repeated = {
+        s: kept
+        for s, ps in _repeats(splits, _opening).items()
+        if (kept := [p for p in ps if p[0] not in asked])
+    }
+    if not repeated:
+        sentence = "no evaluation conversation opens with an earlier split's opening exchange"
+        return Finding(check, PASS, sentence, "D8")
+    sentence = (
+        f"{_sentence(splits, repeated, 'open with the same exchange as')}: rows cut from one "
+        "conversation would leak its later turns; give each row its conversation id in "
+        "data.fields.group and use split.policy: group"
+    )
+    pairs = [p for ps in repeated.values() for p in ps]
+    details = {"counts": {s: len(p) for s, p in repeated.items()}, "pairs": pairs[:50]}
+    return Finding(check, WARN, sentence, "D8", examples=[a for a, _ in pairs[:SHOWN]],
                    details=details)  # fmt: skip
 
 
