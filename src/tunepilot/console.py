@@ -21,8 +21,19 @@ from rich.table import Table
 from tunepilot.errors import InputError
 from tunepilot.verdict import Finding, Verdict
 
-console = Console()
-error_console = Console(stderr=True)
+WIDE = 200
+"""Columns for output sent to a file or a pipe (`nohup`, `tee`, CI logs). Such a stream has no
+width and Rich would assume 80, squeezing a wide table until a text column vanishes and ids are
+cut; a log is read in an editor or a browser, where long lines cost nothing. COLUMNS wins."""
+
+
+def _width(stream: Any) -> int | None:
+    isatty = getattr(stream, "isatty", None)
+    return None if os.environ.get("COLUMNS") or (isatty and isatty()) else WIDE
+
+
+console = Console(width=_width(sys.stdout))
+error_console = Console(stderr=True, width=_width(sys.stderr))
 
 VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.WARN: "bold yellow", Verdict.FAIL: "bold red"}
 
@@ -39,7 +50,7 @@ def findings_table(findings: list[Finding], title: str) -> Table:
     table = Table(title=title, show_lines=False, expand=True)
     table.add_column("check", style="bold", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    table.add_column("what was seen / what to do", ratio=1)
+    table.add_column("what was seen / what to do", ratio=1, min_width=40)
     table.add_column("req", no_wrap=True, style="dim")
     for f in findings:
         sentence = f.sentence

@@ -14,9 +14,11 @@ import typer
 
 from tunepilot import __version__
 
+# "\b" alone on a line tells click not to rewrap the paragraph after it: one example a line.
 EXAMPLES = """
 Examples:
 
+\b
   tunepilot demo                                   # the whole chain on generated tickets
   tunepilot init my-campaign --task classification # a commented campaign to edit
   tunepilot validate my-campaign/campaign.yaml training.lr=5e-5

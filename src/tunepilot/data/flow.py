@@ -15,8 +15,12 @@ from tunepilot.verdict import Finding, exit_code
 def audit_findings(ws: Workspace, with_tokenizer: bool = True) -> tuple[Any, list[Finding]]:
     """Prepare the data and run every audit check; returns (prepared, findings)."""
     from tunepilot.data.audit import run_audit
+    from tunepilot.progress import start_line
 
     prepared = ws.prepare(seal=False)  # looking at data never seals the test split (H4)
+    start_line(f"data audit of version {prepared.version}: "
+               f"{sum(map(len, prepared.splits.values()))} examples (duplicates, leakage, "
+               "labels, truncation) ...")  # fmt: skip
     label_map = ws.model_label_map() if with_tokenizer else None
     campaign = ws.campaign
     if campaign.hypothesis.task == "image_classification":  # decodes files, no processor

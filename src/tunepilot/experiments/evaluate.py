@@ -21,6 +21,7 @@ from typing import Any
 
 from tunepilot.campaign import stable_hash
 from tunepilot.errors import InputError, Problem
+from tunepilot.progress import Progress
 from tunepilot.tasks.base import IGNORE_INDEX
 from tunepilot.tasks.example import Example
 from tunepilot.tasks.metrics import classification_metrics, extraction_metrics, format_metrics
@@ -96,12 +97,15 @@ def evaluate(
     batch_size: int,
     max_new_tokens: int,
     device: str = "cpu",
+    label: str | None = None,
 ) -> EvalResult:
     """Evaluate `model` on `examples` with the fixed procedure; the model's mode is restored.
 
     Classification: batched forward, argmax, rows {id, gold, pred, correct, logits}.
     Causal LM: teacher-forced loss on the answer tokens, then greedy generation from the
     prompt; rows {id, output, gold, ...extraction or format checks}.
+    `label` names a standalone evaluation (baseline, sealed test) whose progress is shown;
+    evaluations inside training stay quiet under the training's own progress.
     """
     import time
 
@@ -118,14 +122,16 @@ def evaluate(
     was_training = model.training
     model.eval()
     start = time.perf_counter()
+    bar = Progress(label or "evaluation", len(examples), "examples", show=label is not None)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), bar:
             if encoder.kind == "classification":
-                metrics, rows = _classify(model, encoder, examples, batch_size, device)
+                metrics, rows = _classify(model, encoder, examples, batch_size, device, bar)
             else:
                 metrics, rows = _generate(
-                    model, encoder, examples, batch_size, max_new_tokens, device
+                    model, encoder, examples, batch_size, max_new_tokens, device, bar
                 )
+            bar.advance(len(examples))
     finally:
         model.train(was_training)
     return EvalResult(
@@ -164,7 +170,7 @@ def _batch(seqs: list[list[int]], pad: int, left: bool, device: str) -> tuple[An
 
 
 def _classify(
-    model: Any, encoder: Any, examples: list[Example], batch_size: int, device: str
+    model: Any, encoder: Any, examples: list[Example], batch_size: int, device: str, bar: Progress
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     import torch
 
@@ -186,6 +192,7 @@ def _classify(
     loss_sum = 0.0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i : i + batch_size]
+        bar.advance(i)
         encoded = [encoder.encode(e) for e in chunk]
         inputs = model_inputs(collate(encoded, "classification", pad))  # as training builds it
         logits = model(**{k: v.to(device) for k, v in inputs.items()}).logits.float()
@@ -238,6 +245,7 @@ def _generate(
     batch_size: int,
     max_new_tokens: int,
     device: str,
+    bar: Progress,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     tokenizer = encoder.tokenizer
     pad, eos = pad_id_of(tokenizer), tokenizer.eos_token_id
@@ -247,6 +255,7 @@ def _generate(
     loss_sum, loss_tokens, answers_cut = 0.0, 0, 0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i : i + batch_size]
+        bar.advance(i)
         encoded = [encoder.encode(e) for e in chunk]
         answers_cut += sum(e.target_truncated for e in encoded)
         s, n = _answer_loss(model, encoded, pad, device)

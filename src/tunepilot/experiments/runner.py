@@ -98,7 +98,10 @@ class Session:
         )  # fmt: skip
         return apply_method(loaded, campaign.model)
 
-    def evaluate(self, model: Any, campaign: Campaign, examples: list[Any] | None = None) -> Any:
+    def evaluate(
+        self, model: Any, campaign: Campaign, examples: list[Any] | None = None,
+        label: str | None = None,
+    ) -> Any:  # fmt: skip
         """The one evaluation procedure (V2) on the validation split unless told otherwise."""
         from tunepilot.experiments.evaluate import evaluate
 
@@ -106,7 +109,7 @@ class Session:
         split = examples if examples is not None else encoded.prepared.splits["validation"]
         t = campaign.training
         result = evaluate(model, encoded.encoder, split, t.eval_batch_size, t.max_new_tokens,
-                          device=_device_of(model))  # fmt: skip
+                          device=_device_of(model), label=label)  # fmt: skip
         # what this encoding did to the training answers, judged by compare (S6)
         result.metrics["train_answers_cut"] = sum(e.target_truncated for e in encoded.train)
         return result
@@ -270,7 +273,7 @@ def run_baseline(session: Session, ledger: Any) -> Any:
     campaign = ws.campaign
     ledger.fix_hypothesis(campaign.hypothesis.model_dump(mode="json"))
     model = session.build_model(campaign, campaign.training.seed)
-    result = session.evaluate(model, campaign)
+    result = session.evaluate(model, campaign, label="baseline evaluation")
     ledger.record_evaluation(
         BASELINE, "validation", result.metrics, eval_config_hash=result.config_hash,
         data_version=session.encoded(campaign).prepared.version, update=0,

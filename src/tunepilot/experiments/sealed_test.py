@@ -94,7 +94,7 @@ def _look(ws: Workspace, ledger: Any, run_id: str, row: Any) -> dict[str, Any]:
     if look > 1:  # the ledger's count, which also sees looks from other processes
         warning = H4_WARNING.format(n=look)
         _warn(warning, [x for x in ledger.test_looks() if x.look_number < look])
-    result = session.evaluate(model, campaign, examples=test)
+    result = session.evaluate(model, campaign, examples=test, label="sealed test evaluation")
     evaluation_id = ledger.record_evaluation(
         run_id, "test", result.metrics, eval_config_hash=result.config_hash,
         data_version=prepared.version, update=_step(folder),

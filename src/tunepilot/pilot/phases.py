@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import InputError
 from tunepilot.measure.memory import MemoryProbe, human_bytes, is_out_of_memory
+from tunepilot.progress import start_line
 from tunepilot.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -164,6 +165,7 @@ def run_gate(state: PilotState, gate: Gate, rows: dict[str, GateRow]) -> GateRow
     error: BaseException | None = None
     record = None
     state.shape, state.phase = {}, gate.name
+    start_line(f"pilot gate {gate.number} {gate.name} ...")  # a long pilot is never silent
     try:
         with state.probe.phase(gate.name) as record:
             if state.hooks.on_phase_start is not None:
@@ -177,6 +179,8 @@ def run_gate(state: PilotState, gate: Gate, rows: dict[str, GateRow]) -> GateRow
     inputs.update(outcome.inputs)
     memory = record.to_json() if record is not None else None
     duration = record.duration_s if record is not None else None
+    took = f" in {duration:.1f} s" if duration is not None else ""
+    start_line(f"pilot gate {gate.number} {gate.name}: {outcome.verdict}{took}")
     return GateRow(gate.number, gate.name, inputs, memory, duration, str(outcome.verdict),
                    outcome.sentence, gate.requirement, outcome.details)  # fmt: skip
 
@@ -374,7 +378,7 @@ def gate_table(rows: list[GateRow], title: str) -> Any:
         table.add_column(names.get(c, c), no_wrap=True)
     table.add_column("time", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    table.add_column("what was seen / what to do", ratio=1)
+    table.add_column("what was seen / what to do", ratio=1, min_width=40)
     table.add_column("req", style="dim")
     for r in rows:
         time_cell = f"{r.duration_s:.2f} s" if r.duration_s is not None else "-"
