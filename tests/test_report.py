@@ -105,7 +105,7 @@ def test_l4_every_section_is_present_with_its_anchor_in_the_contents(dossier) ->
         assert f'<section id="{sid}">' in html, sid
         assert f'href="#{sid}"' in html, sid
         assert title.replace("&", "&amp;") in html, title
-    assert html.count("<section ") == len(SECTIONS) == 13
+    assert html.count("<section ") == len(SECTIONS) == 15
 
 
 def test_v3_every_run_is_listed_with_status_reason_and_retry(dossier) -> None:
@@ -353,3 +353,114 @@ def test_s5_cuda_gate_rows_keep_allocated_and_reserved_in_separate_columns_with_
     assert "110.00 MiB" in alloc and "+100.00 MiB" in alloc
     assert "128.00 MiB" in reserved and "+116.00 MiB" in reserved
     assert "238.00 MiB" not in html  # never summed
+
+
+# --------------------------------------------------------------------------------------------
+# a report people read (issue 12, item 5c)
+# --------------------------------------------------------------------------------------------
+
+
+def _section(html: str, sid: str) -> str:
+    return html.split(f'<section id="{sid}">')[1].split("</section>")[0]
+
+
+def test_issue12_5c_every_cited_requirement_id_links_to_its_glossary_line(dossier) -> None:
+    from tunepilot.report.glossary import GLOSSARY
+
+    _, html, _ = dossier
+    linked = set(re.findall(r'<a class="req" href="#req-([A-Z][0-9])"', html))
+    glossary = _section(html, "glossary")
+    listed = set(re.findall(r'<dt id="req-([A-Z][0-9])">', glossary))
+    assert {"H3", "V3", "V5", "L5"} <= linked and linked == listed
+    for rid in listed:
+        assert GLOSSARY[rid] in glossary
+    assert 'href="#req-V3"' in _section(html, "runs")  # "failures included (V3)"
+    assert "<svg" not in glossary and 'href="#req-' not in re.sub(r"<svg.*?</svg>", "", glossary)
+
+
+def test_issue12_5c_the_loss_chart_draws_a_smoothed_line_over_the_raw_one(dossier) -> None:
+    from tunepilot.report.charts import smoothed
+
+    _, html, data = dossier
+    curves = _section(html, "curves")
+    combined = curves.split("</svg>")[0]
+    with_curve = [r for r in data["runs"] if len(r["curve"]) > 1]
+    assert combined.count('class="line raw"') == len(with_curve)
+    assert combined.count('class="line"') == len(with_curve)
+    assert "Solid: smoothed" in curves
+    assert smoothed([(1, 2.0), (2, 2.0), (3, 2.0)], 0.6) == [(1, 2.0), (2, 2.0), (3, 2.0)]
+    ema = smoothed([(1, 4.0), (2, None), (3, 0.0)], 0.5)
+    assert ema[0] == (1, 4.0) and ema[1] == (2, None) and ema[2] == (3, pytest.approx(4 / 3))
+
+
+def test_issue12_5c_confusion_matrix_and_fixed_broken_examples_come_from_the_ledger(
+    dossier,
+) -> None:
+    from tunepilot.ledger import BASELINE, Ledger
+
+    ws, html, data = dossier
+    x = data["examples"]
+    assert x["run"] == "control-s0-1"  # nothing adopted: the control's first seed
+    with Ledger.open(ws.ledger_path) as ledger:
+        def correct(run_id: str) -> dict[str, bool]:
+            ev = [v for v in ledger.evaluations(run_id) if v.split == "validation"][-1]
+            return {p.example_id: bool(p.score) for p in ledger.predictions(ev.id)}
+
+        before, after = correct(BASELINE), correct("control-s0-1")
+    assert [r["id"] for r in x["fixed"]] == sorted(i for i in after if after[i] and not before[i])
+    assert [r["id"] for r in x["broke"]] == sorted(i for i in after if before[i] and not after[i])
+    c = x["counts"]
+    assert c["fixed"] + c["broke"] + c["both right"] + c["both wrong"] == len(after) == 14
+    assert sum(map(sum, x["confusion"]["counts"])) == 14
+    trace = sum(x["confusion"]["counts"][i][i] for i in range(len(x["confusion"]["labels"])))
+    assert trace == sum(after.values())
+    section = _section(html, "examples")
+    assert section.count("<details>") == 2 and '<table class="confusion">' in section
+    for r in x["fixed"] + x["broke"]:
+        assert f"<code>{r['id']}</code>" in section and r["text"]
+
+
+def test_issue12_5c_a_class_without_validation_examples_shows_n0_not_a_zero_bar() -> None:
+    from tunepilot.report.results import per_class
+
+    d = {
+        "per_class": {"block": "per_class", "metric": "f1", "support": {"refunds": 5, "rare": 0},
+                      "series": [{"name": "baseline", "role": "baseline",
+                                  "values": {"refunds": 0.5, "rare": 0.0}}]},
+        "hypothesis": {"variants": []}, "runs": [], "commands": {"baseline": "tunepilot baseline"},
+    }  # fmt: skip
+    svg = per_class(d)
+    assert "rare (n=0)" in svg and "no score: no example to measure it on" in svg
+    assert "refunds: 0.500" in svg and "rare: 0.000" not in svg
+
+
+def test_issue12_5c_runs_with_different_configs_are_told_apart() -> None:
+    from tunepilot.report.sections import runs
+
+    def run(run_id: str, variant: str, config: str, diff: dict) -> dict:
+        return {"id": run_id, "variant": variant, "seed": 0, "status": "completed",
+                "reason": "budget reached", "retry_of": None, "retried_by": [],
+                "config_hash": config, "data_version": "d1", "diff": diff, "curve": [[6, 1.0]],
+                "final": {"macro_f1": 0.5}, "created_at": "2026-12-01T07:00:00", "history": []}
+
+    d = {"title": {"task": "classification"}, "environment": {"backends": []},
+         "commands": {"run": "tunepilot run"},
+         "runs": [run("control-s0-1", "control", "aaa", {}),
+                  run("control-s0-2", "control", "bbb", {}),
+                  run("lr-2e-4-s0-1", "lr-2e-4", "ccc", {"training.lr": [1e-4, 2e-4]})]}
+    html = runs(d)
+    assert html.count("cfg 1") == 1 and html.count("cfg 2") == 1 and "cfg 3" in html
+    assert "training.lr 0.0001 → 0.0002" in html
+    assert "Different configurations under one name:</strong> control ran" in html
+
+
+def test_issue12_5c_markdown_goes_through_markdown_it_with_raw_html_escaped() -> None:
+    from tunepilot.report.elements import markdown
+
+    text = ("# Plan\n\n1. pilot\n2. sweep\n\n| card | days |\n|---|---|\n| <b>A100</b> | `3` |"
+            "\n\n*careful* with <script>x</script>\n\n```\nkeep  spacing\n```\n")
+    html = markdown(text)
+    assert "<h3>Plan</h3>" in html and "<ol>" in html and "<em>careful</em>" in html
+    assert '<table class="md">' in html and "&lt;b&gt;A100&lt;/b&gt;" in html
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "<pre><code>keep  spacing\n</code></pre>" in html

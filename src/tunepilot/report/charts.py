@@ -83,6 +83,26 @@ class Series:
     end: str = ""  # "" (finished), "diverged" (cross) or "stopped" (open circle)
     dots: bool = False  # draw every point (validation points) as well as the line
     label: str = ""  # tooltip text; the name when empty
+    faint: bool = False  # the raw line under its smoothed one: thin and light
+
+
+Points = list[tuple[float, float | None]]
+
+
+def smoothed(points: Points, weight: float) -> Points:
+    """TensorBoard's smoothing: an exponential moving average, debiased so the first points
+    are not pulled towards zero; a gap (non-finite loss) stays a gap."""
+    out: list[tuple[float, float | None]] = []
+    last, steps = 0.0, 0
+    for x, y in points:
+        if not _finite(y):
+            out.append((x, y))
+            continue
+        assert y is not None
+        steps += 1
+        last = last * weight + (1 - weight) * y
+        out.append((x, last / (1 - weight**steps)))
+    return out
 
 
 @dataclass
@@ -218,9 +238,10 @@ def line_chart(series: list[Series], *, title: str, x_label: str, y_label: str,
         dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
         for seg in segments:
             if len(seg) > 1:
+                look = 'stroke-width="1" stroke-opacity="0.35"' if s.faint else 'stroke-width="1.8"'
                 body.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{s.colour}" '
-                            f'stroke-width="1.8"{dash} class="line"><title>{label}</title>'
-                            "</polyline>")  # fmt: skip
+                            f'{look}{dash} class="line{" raw" if s.faint else ""}"><title>{label}'
+                            "</title></polyline>")  # fmt: skip
         finite = [(x, y) for x, y in pts if _finite(y)]
         if s.dots or len(finite) == 1:
             for x, y in finite:
@@ -338,6 +359,9 @@ def bar_chart(categories: list[str], bars: list[Bars], *, title: str, metric: st
         label = cat + (f" {notes[cat]}" if cat in notes else "")
         body.append(f'<text x="{left - 10}" y="{y0 + (group_h - gap) / 2 + 4:.1f}" '
                     f'text-anchor="end" class="name">{esc(label)}</text>')  # fmt: skip
+        if not any(_finite(b.values.get(cat)) for b in bars):  # e.g. no validation example
+            body.append(f'<text x="{left + 6}" y="{y0 + (group_h - gap) / 2 + 4:.1f}" '
+                        'class="small">no score: no example to measure it on</text>')  # fmt: skip
         for j, b in enumerate(bars):
             v = b.values.get(cat)
             if not _finite(v):

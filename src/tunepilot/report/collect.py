@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tunepilot.data.workspace import Workspace
+from tunepilot.report.examples import changed_examples
 from tunepilot.report.limits import observed_limits
 
 HEADLINES = {
@@ -110,6 +111,7 @@ def collect(ws: Workspace) -> dict[str, Any]:
     d["data"] = _data(ws, d["runs"], d["pilot"])
     d["comparison"] = _comparison(ws, d["runs"])
     d["per_class"] = _per_class(ws, d["baseline"], d["comparison"], d["runs"])
+    d["examples"] = changed_examples(ws, d["runs"], d["comparison"])  # fixed / broke (H3)
     d["exports"] = _exports(ws, d["runs"])
     d["environment"] = _environment(ws, d["runs"], d["pilot"])
     d["limits"] = observed_limits(d)  # last: derived from everything above

@@ -74,58 +74,25 @@ def flat(obj: Any, prefix: str = "") -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------------
-# a minimal Markdown for plan.md: headings, tables, bold, code, lists, paragraphs
+# Markdown (plan.md, the sizing sheet): markdown-it-py, raw HTML off
 # --------------------------------------------------------------------------------------------
 
 
-BULLET = re.compile(r"^\s*[-*]\s+")
-
-
-def _inline(text: str) -> str:
-    out = e(text)
-    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
-
-
 def markdown(text: str) -> str:
-    """The subset of Markdown the pilot writes; everything else is a paragraph, escaped."""
-    lines, out, i = text.splitlines(), [], 0
-    while i < len(lines):
-        line = lines[i].rstrip()
-        if not line.strip():
-            i += 1
-            continue
-        heading = re.match(r"^(#{1,4})\s+(.*)$", line)
-        if heading:
-            level = min(len(heading.group(1)) + 2, 6)
-            out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
-            i += 1
-        elif line.lstrip().startswith("|"):
-            block = []
-            while i < len(lines) and lines[i].lstrip().startswith("|"):
-                block.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
-                i += 1
-            rows = [r for r in block if not all(re.fullmatch(r":?-{2,}:?", c) for c in r if c)]
-            head, body = rows[0], rows[1:]
-            out.append(table([_inline(h) for h in head], [[_inline(c) for c in r] for r in body],
-                             "md"))  # fmt: skip
-        elif BULLET.match(line):
-            items = []
-            while i < len(lines) and BULLET.match(lines[i]):
-                items.append("<li>" + _inline(BULLET.sub("", lines[i])) + "</li>")
-                i += 1
-            out.append("<ul>" + "".join(items) + "</ul>")
-        else:
-            para = []
-            while (
-                i < len(lines)
-                and lines[i].strip()
-                and not re.match(r"^(#{1,4}\s|\s*\||\s*[-*]\s)", lines[i])
-            ):
-                para.append(lines[i].strip())
-                i += 1
-            out.append(f"<p>{_inline(' '.join(para))}</p>")
-    return '<div class="md">' + "".join(out) + "</div>"
+    """CommonMark plus tables, rendered by markdown-it-py with raw HTML disabled (any `<tag>` in
+    the text shows as text). Headings move down two levels to sit under the section's h2, and
+    a wide table scrolls inside its card."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = md.parse(text)
+    for token in tokens:
+        if token.type in ("heading_open", "heading_close"):
+            token.tag = f"h{min(int(token.tag[1]) + 2, 6)}"
+    html = md.renderer.render(tokens, md.options, {})
+    html = html.replace("<table>", '<div class="scroll"><table class="md">').replace(
+        "</table>", "</table></div>")  # fmt: skip
+    return f'<div class="md">{html}</div>'
 
 
 def run_colours(d: dict[str, Any]) -> dict[str, str]:

@@ -14,6 +14,8 @@ from typing import Any
 from tunepilot.report import results as r
 from tunepilot.report import sections as s
 from tunepilot.report.elements import e
+from tunepilot.report.examples import examples_section
+from tunepilot.report.glossary import glossary_section, link_ids
 
 CSS = """
 :root{--ink:#1f2937;--muted:#6b7280;--line:#e5e7eb;--bg:#f6f7f9;--card:#fff;--accent:#2563eb;
@@ -107,6 +109,11 @@ svg .small{font-size:10px;fill:#4b5563}
 .grid-runs .card p{font-size:12.5px;margin:2px 0}
 .md table{font-size:13px}.md h3{margin-top:14px}
 details summary{cursor:pointer;color:var(--accent);font-size:13.5px}
+a.req{color:inherit;text-decoration:underline dotted #9ca3af;text-underline-offset:2px}
+dl.glossary{grid-template-columns:3em 1fr}dl.glossary dt{font-weight:650;color:var(--ink)}
+table.runs div.reason{min-width:14em;max-width:26em}table.runs{font-size:12.5px}
+table.confusion{width:auto}table.confusion td{text-align:right;min-width:3.2em}
+table.confusion td.diag{font-weight:700}table.changed td.text{max-width:40em}
 footer{color:var(--muted);font-size:12.5px;padding-bottom:40px}
 @media print{body{background:#fff}section{break-inside:avoid-page;border:none}
 nav#contents{display:none}}
@@ -123,10 +130,12 @@ SECTIONS = (
     ("curves", "Loss curves and validation points"),
     ("comparison", "Comparison and decision"),
     ("per-class", "Per class (per field) against the baseline"),
+    ("examples", "Examples fixed and broken against the baseline"),
     ("test", "Sealed test looks"),
     ("notebook", "Notebook"),
     ("exports", "Exports and verification"),
     ("limits", "Observed limits"),
+    ("glossary", "Requirement ids"),
 )
 
 
@@ -139,14 +148,18 @@ def render(d: dict[str, Any]) -> str:
         "summary": s.summary(d), "hypothesis": s.hypothesis(d), "data": s.data(d),
         "pilot": s.pilot(d), "baseline": s.baseline(d), "runs": s.runs(d),
         "curves": r.curves(d), "comparison": r.comparison(d), "per-class": r.per_class(d),
+        "examples": examples_section(d),
         "test": r.test_looks(d), "notebook": r.notebook(d), "exports": r.exports(d),
         "limits": r.limits(d),
     }  # fmt: skip
     toc = "".join(f'<li><a href="#{sid}">{e(title)}</a></li>' for sid, title in SECTIONS)
     parts = [
         f'<section id="{sid}"><h2><span class="n">{i}</span>{e(title)}</h2>{bodies[sid]}</section>'
-        for i, (sid, title) in enumerate(SECTIONS)
+        for i, (sid, title) in enumerate(SECTIONS) if sid != "glossary"
     ]
+    linked, used = link_ids("".join(parts))  # every cited id links to its glossary line
+    glossary = f'<section id="glossary"><h2><span class="n">{len(parts)}</span>' + e(
+        SECTIONS[-1][1]) + f"</h2>{glossary_section(used)}</section>"  # fmt: skip
     facts = " · ".join([
         f"generated {e(t['generated_at'])}", f"tunepilot {e(t['tunepilot_version'])}",
         f"config hash <code>{e(t['config_hash'])}</code>", f"task {e(t['task'])}",
@@ -167,7 +180,7 @@ def render(d: dict[str, Any]) -> str:
 </div></header>
 <main class="wrap">
 <nav id="contents" aria-label="Contents"><h2>Contents</h2><ol start="0">{toc}</ol></nav>
-{"".join(parts)}
+{linked}{glossary}
 </main>
 <footer class="wrap">Written by <code>tunepilot report</code> from the campaign folder; one file,
 no script, no network. Requirement ids (H1, V3, L5 …) refer to the tunepilot specification.

@@ -7,6 +7,7 @@ behind it says what is missing and the command that fills it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tunepilot.report import charts
@@ -52,8 +53,15 @@ def curves(d: dict[str, Any]) -> str:
     loss, seeds = _series(d, None)
     if not loss:
         return missing("no run has written a loss curve", d["commands"]["run"])
+    # The raw loss is noisy update to update: a smoothed line on top shows the trend, the faint
+    # raw one underneath keeps every point (TensorBoard's debiased moving average).
+    weight = 0.9 if max(len(s.points) for s in loss) > 100 else 0.6
+    layered = [replace(s, faint=True, end="", label=f"{s.label} (raw)") for s in loss] + [
+        replace(s, points=charts.smoothed(s.points, weight)) for s in loss]  # fmt: skip
     html = "<h3>Training loss per update, every run (V5)</h3>" + _legend(d, loss, seeds)
-    html += charts.line_chart(loss, title="training loss per update", x_label="update",
+    html += (f'<p class="muted">Solid: smoothed (moving average, weight {weight}); faint: the '
+             "raw loss of every update.</p>")  # fmt: skip
+    html += charts.line_chart(layered, title="training loss per update", x_label="update",
                               y_label="loss", x_min=0)  # fmt: skip
     pair = []
     for metric in headlines(d):
@@ -189,9 +197,12 @@ def per_class(d: dict[str, Any]) -> str:
                        d["commands"]["baseline"])  # fmt: skip
     colours = run_colours(d)
     colour = {"baseline": charts.BASELINE_COLOUR}
+    # A class without a validation example has no score: its 0.00 would read as a failure.
+    empty = {k for k, v in pc["support"].items() if v == 0}
     bars = [charts.Bars(f"{s['name']} ({s['role']})" if s["name"] != s["role"] else s["name"],
                         colour.get(s["role"], colours.get(s["name"], "#999")),
-                        {k: v for k, v in s["values"].items() if isinstance(v, int | float)})
+                        {k: v for k, v in s["values"].items()
+                         if isinstance(v, int | float) and k not in empty})
             for s in series]  # fmt: skip
     cats = list(dict.fromkeys(k for s in series for k in s["values"]))
     notes = {k: f"(n={v})" for k, v in pc["support"].items() if v is not None}

@@ -302,6 +302,9 @@ def runs(d: dict[str, Any]) -> str:
     if not rows:
         return missing("no run in the ledger", d["commands"]["run"])
     key = headlines(d)[0]
+    # Runs that differ in configuration must not read as seeds of one experiment: each
+    # distinct config hash gets a short tag (cfg 1, cfg 2 ...) and the settings it changes.
+    tags = {h: f"cfg {i + 1}" for i, h in enumerate(dict.fromkeys(r["config_hash"] for r in rows))}
     body = []
     for r in rows:
         last = r["curve"][-1][0] if r["curve"] else 0
@@ -311,18 +314,30 @@ def runs(d: dict[str, Any]) -> str:
             retry += f"retry of {code(r['retry_of'])} "
         if r["retried_by"]:
             retry += "retried by " + ", ".join(code(x) for x in r["retried_by"])
-        body.append([code(r["id"]), e(r["variant"]), num(r["seed"]), badge(r["status"]),
-                     e(r["reason"]), retry or "–", num(last), num(r["final"].get(key)),
-                     code(r["data_version"]), code(r["config_hash"]),
+        changes = "; ".join(f"{e(k)} {e(v[0])} → {e(v[1])}" if isinstance(v, list) and len(v) == 2
+                            else f"{e(k)} {e(v)}" for k, v in (r.get("diff") or {}).items())
+        config = (f'<span class="badge" title="config hash {e(r["config_hash"])}, data version '
+                  f'{e(r["data_version"])}">{tags[r["config_hash"]]}</span> '
+                  f'{changes or "<span class=muted>the control</span>"}')  # fmt: skip
+        body.append([code(r["id"]), badge(r["status"]), f'<div class="reason">{e(r["reason"])}'
+                     f"{'<br>' + retry if retry else ''}</div>", config, num(last),
+                     num(r["final"].get(key)),
                      f'<span class="nowrap" title="{e(trail)}">'
-                     f'{e(r["created_at"][:19].replace("T", " "))}</span>'])  # fmt: skip
+                     f'{e(r["created_at"][5:16].replace("T", " "))}</span>'])  # fmt: skip
     html = (
         "<p>Every run the ledger holds, in the order registered, failures included (V3); "
-        "a retry is a new id pointing at the run it retries.</p>"
+        "a retry is a new id pointing at the run it retries. Runs with the same cfg tag ran "
+        "the same configuration (hover it for the config hash and data version).</p>"
     )
-    html += table(["run", "variant", "seed", "status", "reason", "retry", "updates",
-                   f"final {e(key)}", "data version", "config", "created"], body, "runs",
+    html += table(["run", "status", "reason", "configuration (changes vs the campaign)",
+                   "updates", f"final {e(key)}", "created"], body, "runs",
                   [ROW_CLASS.get(r["status"], "") for r in rows])  # fmt: skip
+    mixed = sorted({r["variant"] for r in rows
+                    if len({x["config_hash"] for x in rows if x["variant"] == r["variant"]}) > 1})
+    if mixed:
+        html += ("<p><strong>Different configurations under one name:</strong> "
+                 + e(", ".join(mixed)) + " ran under more than one configuration (the campaign "
+                 "file changed between runs); compare runs only within one cfg tag (V1, V2).</p>")
     backends = d["environment"]["backends"]
     if backends:
         said = "; ".join(f"{code(b['backend'])} ({len(b['runs'])} run(s))" for b in backends)
