@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from tunepilot.data.workspace import Workspace
 from tunepilot.report.examples import changed_examples
 from tunepilot.report.limits import observed_limits
+from tunepilot.report.per_class import per_class_series
 
 HEADLINES = {
     "classification": ("macro_f1", "accuracy"),
@@ -110,7 +110,7 @@ def collect(ws: Workspace) -> dict[str, Any]:
     d["pilot"] = _pilot(ws)
     d["data"] = _data(ws, d["runs"], d["pilot"])
     d["comparison"] = _comparison(ws, d["runs"])
-    d["per_class"] = _per_class(ws, d["baseline"], d["comparison"], d["runs"])
+    d["per_class"] = per_class_series(ws, d["baseline"], d["comparison"])
     d["examples"] = changed_examples(ws, d["runs"], d["comparison"])  # fixed / broke (H3)
     d["exports"] = _exports(ws, d["runs"])
     d["environment"] = _environment(ws, d["runs"], d["pilot"])
@@ -324,49 +324,6 @@ def _after(at: str | None, moment: datetime) -> bool:
         return at is not None and datetime.fromisoformat(at) > moment
     except ValueError:
         return False
-
-
-def _per_class(ws: Workspace, baseline: dict[str, Any], cmp: dict[str, Any] | None,
-               runs: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
-    """Per class (per field) scores of the baseline, the control and the best variant: the
-    seed mean of each variant's compared runs (comparison.json), the baseline's last one."""
-    if ws.campaign.hypothesis.is_classification:
-        block, metric = "per_class", ws.campaign.hypothesis.classification_guards.metric
-    else:
-        block, metric = "per_field", "token_f1"
-    out: dict[str, Any] = {"block": block, "metric": metric, "series": [], "support": {}}
-    base_evals = [e for e in baseline["evaluations"] if e["split"] == "validation" and e.get(block)]
-    if base_evals:
-        b = base_evals[-1][block]
-        out["series"].append({"name": "baseline", "role": "baseline",
-                              "values": {k: v.get(metric) for k, v in b.items()}})  # fmt: skip
-        out["support"] = {k: v.get("support") for k, v in b.items() if "support" in v}
-    if not cmp:
-        return out
-    means: dict[str, dict[str, float]] = {}
-    for v in cmp.get("variants") or []:
-        used = [r.get("metrics") or {} for r in v.get("runs") or [] if r.get("excluded") is None]
-        blocks = [m.get(block) for m in used if isinstance(m.get(block), dict)]
-        if blocks and v.get("name"):
-            names = list(dict.fromkeys(k for blk in blocks for k in blk))
-            means[v["name"]] = {
-                n: statistics.fmean(blk[n][metric] for blk in blocks if metric in blk.get(n, {}))
-                for n in names
-                if any(metric in blk.get(n, {}) for blk in blocks)
-            }
-    best = cmp.get("adopted") or _best_variant(cmp, means)
-    for name, role in (("control", "control"), (best, "best variant")):
-        if name in means:
-            out["series"].append({"name": name, "role": role, "values": means[name]})
-    return out
-
-
-def _best_variant(cmp: dict[str, Any], means: dict[str, Any]) -> str | None:
-    """No adopted variant: the one with the largest difference to the control, if any."""
-    scored = [(v["ci"].get("diff", 0.0), v["name"]) for v in cmp.get("variants") or []
-              if v.get("name") not in (None, "control") and isinstance(v.get("ci"), dict)
-              and v["name"] in means]  # fmt: skip
-    return max(scored)[1] if scored else None
 
 
 def _exports(ws: Workspace, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
