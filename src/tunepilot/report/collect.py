@@ -18,6 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from tunepilot.campaign import stable_hash
 from tunepilot.data.workspace import Workspace
 from tunepilot.report.examples import changed_examples
 from tunepilot.report.limits import observed_limits
@@ -208,8 +211,24 @@ def _run(ws: Workspace, ledger: Any, row: Any) -> dict[str, Any]:
                     for s in ledger.status_history(row.id)],
         "curve": [[u, curve[u]] for u in sorted(curve)], "curve_source": source,
         "evals": evals, "final": scalars(finals[-1].metrics) if finals else {},
+        "config_key": _config_key(folder),
         "env": _env_summary(read_json(folder / "env.json")),
     }  # fmt: skip
+
+
+def _config_key(folder: Path) -> str | None:
+    """The run's resolved configuration without its seed: seeds of one experiment share it."""
+    try:
+        config = yaml.safe_load((folder / "config.resolved.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    config.pop("_run", None)
+    config.pop("tracking", None)
+    if isinstance(config.get("training"), dict):
+        config["training"].pop("seed", None)
+    return stable_hash(config)
 
 
 def _env_summary(env: Any) -> dict[str, Any] | None:

@@ -29,6 +29,11 @@ def prose(value: Any) -> str:
     return re.sub(r"`([^`<>]+)`", r"<code>\1</code>", e(value))
 
 
+def id_list(values: Any, n: int = 3) -> str:
+    """The first `n` example ids, each kept on one line: an id cut at its hyphen misleads."""
+    return ", ".join(f'<span class="nowrap">{e(v)}</span>' for v in list(values or [])[:n])
+
+
 def badge(word: Any) -> str:
     w = str(word or "–")
     return f'<span class="badge b-{e(w.lower())}">{e(w)}</span>'

@@ -56,7 +56,9 @@ GLOSSARY = {
     "L5": "the delivery: model, configuration, results and observed limits",
 }
 
-_ID = re.compile(r"\b([HDPSBVRL][1-9])\b")
+# An id, not a card name such as the L4 GPU ("L4: PASS", "L4 24GB"): nothing word-like
+# before it, no colon or number after it.
+_ID = re.compile(r"(?<![\w.])([HDPSBVRL][1-9])(?![\w:]|\s\d)")
 _SKIP = ("a", "code", "svg", "title", "style", "head", "th")
 _TAG = re.compile(r"(<[^>]+>)")
 

@@ -110,10 +110,12 @@ svg .small{font-size:10px;fill:#4b5563}
 .md table{font-size:13px}.md h3{margin-top:14px}
 details summary{cursor:pointer;color:var(--accent);font-size:13.5px}
 a.req{color:inherit;text-decoration:underline dotted #9ca3af;text-underline-offset:2px}
-dl.glossary{grid-template-columns:3em 1fr}dl.glossary dt{font-weight:650;color:var(--ink)}
+dl.glossary{grid-template-columns:3em 1fr 3em 1fr;font-size:13.5px}
+dl.glossary dt{font-weight:650;color:var(--ink)}
 table.runs div.reason{min-width:14em;max-width:26em}table.runs{font-size:12.5px}
 table.confusion{width:auto}table.confusion td{text-align:right;min-width:3.2em}
-table.confusion td.diag{font-weight:700}table.changed td.text{max-width:40em}
+table.confusion td.diag{font-weight:700}
+table.changed span.text{display:block;min-width:18em;max-width:40em}
 footer{color:var(--muted);font-size:12.5px;padding-bottom:40px}
 @media print{body{background:#fff}section{break-inside:avoid-page;border:none}
 nav#contents{display:none}}

@@ -19,6 +19,7 @@ from tunepilot.report.elements import (
     dl,
     e,
     flat,
+    id_list,
     markdown,
     missing,
     num,
@@ -153,7 +154,7 @@ def data(d: dict[str, Any]) -> str:
         html += "<details><summary>cleaning rules and what they changed</summary>" + table(
             ["rule", "changed", "dropped", "e.g."],
             [[e(c.get("rule")), num(c.get("changed")), num(c.get("dropped")),
-              e(", ".join(map(str, (c.get("example_ids") or [])[:3])))] for c in cleaning],
+              id_list(c.get("example_ids"))] for c in cleaning],
         ) + "</details>"  # fmt: skip
     html += "<h3>Audit (D2-D8)</h3>"
     if x["audit"] is None:
@@ -161,7 +162,7 @@ def data(d: dict[str, Any]) -> str:
     findings = x["audit"]["findings"]
     html += table(["check", "verdict", "what was seen / what to do", "e.g.", "req"],
                   [[e(f.get("check")), badge(f.get("verdict")), e(f.get("sentence")),
-                    e(", ".join(map(str, (f.get("examples") or [])[:3]))), e(f.get("requirement"))]
+                    id_list(f.get("examples")), e(f.get("requirement"))]
                    for f in findings], "audit",
                   [ROW_CLASS.get(str(f.get("verdict")), "") for f in findings])  # fmt: skip
     return html
@@ -301,10 +302,12 @@ def runs(d: dict[str, Any]) -> str:
     rows = d["runs"]
     if not rows:
         return missing("no run in the ledger", d["commands"]["run"])
-    key = headlines(d)[0]
     # Runs that differ in configuration must not read as seeds of one experiment: each
-    # distinct config hash gets a short tag (cfg 1, cfg 2 ...) and the settings it changes.
-    tags = {h: f"cfg {i + 1}" for i, h in enumerate(dict.fromkeys(r["config_hash"] for r in rows))}
+    # distinct configuration (seed left out) gets a short tag (cfg 1, cfg 2 ...) and the
+    # settings it changes against the campaign.
+    key = headlines(d)[0]
+    config = {r["id"]: r.get("config_key") or r["config_hash"] for r in rows}
+    tags = {h: f"cfg {i + 1}" for i, h in enumerate(dict.fromkeys(config.values()))}
     body = []
     for r in rows:
         last = r["curve"][-1][0] if r["curve"] else 0
@@ -316,11 +319,11 @@ def runs(d: dict[str, Any]) -> str:
             retry += "retried by " + ", ".join(code(x) for x in r["retried_by"])
         changes = "; ".join(f"{e(k)} {e(v[0])} → {e(v[1])}" if isinstance(v, list) and len(v) == 2
                             else f"{e(k)} {e(v)}" for k, v in (r.get("diff") or {}).items())
-        config = (f'<span class="badge" title="config hash {e(r["config_hash"])}, data version '
-                  f'{e(r["data_version"])}">{tags[r["config_hash"]]}</span> '
-                  f'{changes or "<span class=muted>the control</span>"}')  # fmt: skip
+        setting = (f'<span class="badge" title="config hash {e(r["config_hash"])} (seed '
+                   f'included), data version {e(r["data_version"])}">{tags[config[r["id"]]]}'
+                   f'</span> {changes or "<span class=muted>the control</span>"}')  # fmt: skip
         body.append([code(r["id"]), badge(r["status"]), f'<div class="reason">{e(r["reason"])}'
-                     f"{'<br>' + retry if retry else ''}</div>", config, num(last),
+                     f"{'<br>' + retry if retry else ''}</div>", setting, num(last),
                      num(r["final"].get(key)),
                      f'<span class="nowrap" title="{e(trail)}">'
                      f'{e(r["created_at"][5:16].replace("T", " "))}</span>'])  # fmt: skip
@@ -333,7 +336,7 @@ def runs(d: dict[str, Any]) -> str:
                    "updates", f"final {e(key)}", "created"], body, "runs",
                   [ROW_CLASS.get(r["status"], "") for r in rows])  # fmt: skip
     mixed = sorted({r["variant"] for r in rows
-                    if len({x["config_hash"] for x in rows if x["variant"] == r["variant"]}) > 1})
+                    if len({config[x["id"]] for x in rows if x["variant"] == r["variant"]}) > 1})
     if mixed:
         html += ("<p><strong>Different configurations under one name:</strong> "
                  + e(", ".join(mixed)) + " ran under more than one configuration (the campaign "
