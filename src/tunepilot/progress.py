@@ -114,13 +114,9 @@ class Progress:
 class _Rate(ProgressColumn):
     """Units per second over Rich's sliding window; blank until it has two points."""
 
-    def __init__(self, unit: str) -> None:
-        super().__init__()
-        self.unit = unit
-
     def render(self, task: Any) -> Text:
         speed = task.speed
-        return Text("" if speed is None else f"{speed:.2f} {self.unit}/s", style="cyan")
+        return Text("" if speed is None else f"{speed:.3g}/s", style="cyan")
 
 
 def _rich_bar(what: str, total: int | None, unit: str, done: int) -> tuple[Any, Any]:
@@ -135,9 +131,10 @@ def _rich_bar(what: str, total: int | None, unit: str, done: int) -> tuple[Any, 
     from rich.progress import Progress as RichProgress
 
     bar = RichProgress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
-        _Rate(unit), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-        TextColumn("{task.fields[note]}"), console=Console(stderr=True),
+        TextColumn("{task.description}"), BarColumn(bar_width=None), MofNCompleteColumn(),
+        TextColumn(unit),
+        _Rate(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+        TextColumn("{task.fields[note]}"), console=Console(stderr=True), expand=True,
     )  # fmt: skip
     task = bar.add_task(what, total=total, completed=done, note="")
     return bar, task
