@@ -132,6 +132,18 @@ def results_and_limits(cards: list[CardMetric], limits: list[str]) -> str:
     return f"{results}\n\n## Observed limits\n\n{limit_lines}\n"
 
 
+GUARD_NOTE = "README.md and metrics.json of the bundle say so."
+
+
+def guard_warning(fails: list[str]) -> str:
+    """The first lines of a bundle whose run fails its guards (H2): nobody loads it unwarned."""
+    if not fails:
+        return ""
+    items = "".join(f">\n> - {x}\n" for x in fails)
+    return ("> **Warning: this run fails its guards (H2)**, what the campaign said must not "
+            f"degrade:\n{items}\n")  # fmt: skip
+
+
 def read_audit(root: Path, data_version: str) -> dict[str, Any] | None:
     path = root / "data" / data_version / "audit.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

@@ -33,10 +33,11 @@ import yaml
 from tunepilot.campaign import Campaign
 from tunepilot.data.workspace import Workspace
 from tunepilot.deliver.bundle_check import FORMAT, MANIFEST, unsafe_reason
-from tunepilot.deliver.card import read_audit
+from tunepilot.deliver.card import GUARD_NOTE, guard_warning, read_audit
 from tunepilot.errors import input_error
 from tunepilot.tasks.example import Example
 from tunepilot.train.manifest import write_manifest
+from tunepilot.verdict import Verdict
 
 _AUTO_CLASS = {
     "classification": "AutoModelForSequenceClassification",
@@ -267,11 +268,12 @@ def _readme(
     data_file = campaign.data.file or next(iter((campaign.data.files or {}).values()), "data")
     merged = (f"\n\n`{spec['merged']}/` holds the adapter merged into that base (peft "
               "`merge_and_unload`, the base's dtype): load it with the same class and no peft.")
+    warning = guard_warning(metrics.get("fails_guards") or [])
     return (
         card_header(spec, source, cards, Path(data_file).stem)
         + f"""# {spec["campaign"]}: run {spec["run_id"]}
 
-{spec["behaviour"]}
+{warning}{spec["behaviour"]}
 
 {task}
 
@@ -317,6 +319,7 @@ def export_run(
 ) -> Path:
     """Export a completed run's latest checkpoint to `out` (default exports/<run-id>)."""
     from tunepilot.deliver.controls import choose_controls
+    from tunepilot.experiments.guards import run_guards
     from tunepilot.experiments.runner import Session, load_trained_model
     from tunepilot.ledger import Ledger
 
@@ -337,6 +340,7 @@ def export_run(
         evaluations = ledger.evaluations(run_id=run_id)
         validation = [e for e in evaluations if e.split == "validation"]
         predictions = ledger.predictions(validation[-1].id) if validation else []
+        guards = run_guards(campaign, ledger, run_id)
     encoded = session.encoded(campaign)
     metrics = {
         "final_validation": validation[-1].metrics if validation else {},
@@ -351,6 +355,8 @@ def export_run(
             }
             for e in evaluations
         ],
+        "guards": [f.to_json() for f in guards],
+        "fails_guards": [f"{f.check}: {f.sentence}" for f in guards if f.verdict is Verdict.FAIL],
     }
     run_info = {
         "run_id": run_id,
@@ -385,15 +391,20 @@ def export_command(
     ws: Workspace, run_id: str, out: Path | None, as_json: bool, merge: bool = False
 ) -> int:
     """Body of `tunepilot export RUN [CAMPAIGN] [--out DIR] [--merge] [--json]`."""
-    from tunepilot.console import console, print_json
+    from tunepilot.console import console, error_console, print_json
 
     folder = export_run(ws, run_id, out, merge)
     manifest = json.loads((folder / "MANIFEST.json").read_text(encoding="utf-8"))
+    fails = json.loads((folder / "metrics.json").read_text("utf-8"))["metrics"]["fails_guards"]
     if as_json:
-        print_json({"run_id": run_id, "bundle": str(folder), "files": manifest["files"]})
+        print_json({"run_id": run_id, "bundle": str(folder), "files": manifest["files"],
+                    "fails_guards": fails})  # fmt: skip
     else:
         console.print(
             f"exported {run_id} to [bold]{folder}[/] ({len(manifest['files'])} files, "
             f"sha256 in MANIFEST.json); check it with `tunepilot verify {folder}`"
         )
-    return 0
+    if fails:  # delivered as asked, but a check failed: say it, and exit 1 (README)
+        error_console.print(f"[bold red]warning:[/] {run_id} fails its guards (H2): "
+                            f"{'; '.join(fails)}. {GUARD_NOTE}", highlight=False)  # fmt: skip
+    return 1 if fails else 0

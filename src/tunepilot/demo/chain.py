@@ -33,14 +33,28 @@ class StepLog:
         return code
 
 
-def export_target(ws: Workspace, comparison: Any) -> str | None:
-    """The run to deliver: the adopted variant's first completed seed, else the control's."""
+def export_target(ws: Workspace, comparison: Any) -> tuple[str | None, str]:
+    """The run to deliver and why: the adopted variant's (else the control's) first completed
+    seed whose own guards pass (H2). A run that fails its guards is never delivered here."""
+    from tunepilot.campaign.variants import variant_campaign
+    from tunepilot.experiments.guards import run_guards
     from tunepilot.ledger import Ledger
+    from tunepilot.verdict import Verdict
 
     wanted = comparison.adopted or "control"
+    campaign = variant_campaign(ws.campaign, wanted)
+    failing: list[str] = []
     with Ledger.open(ws.ledger_path) as ledger:
         runs = [r for r in ledger.list_runs() if r.variant == wanted and r.status == "completed"]
-    return sorted(runs, key=lambda r: (r.seed, r.id))[0].id if runs else None
+        for r in sorted(runs, key=lambda r: (r.seed, r.id)):
+            fails = [f.check for f in run_guards(campaign, ledger, r.id)
+                     if f.verdict is Verdict.FAIL]  # fmt: skip
+            if not fails:
+                return r.id, f"{r.id} ({wanted}, seed {r.seed}; every guard passes)"
+            failing.append(f"{r.id} fails {', '.join(fails)}")
+    if not runs:
+        return None, f"nothing (no completed `{wanted}` run)"
+    return None, f"nothing: every completed `{wanted}` run fails its guards ({'; '.join(failing)})"
 
 
 def run_chain(campaign_path: Path) -> int:
@@ -52,7 +66,7 @@ def run_chain(campaign_path: Path) -> int:
     from tunepilot.experiments import flow as run_flow
     from tunepilot.experiments.compare import compare_campaign, compare_command
     from tunepilot.pilot.flow import run_pilot, run_plan
-    from tunepilot.report.flow import report_command
+    from tunepilot.report.flow import write_report
 
     ws = Workspace.open(campaign_path)
     log = StepLog()
@@ -65,24 +79,34 @@ def run_chain(campaign_path: Path) -> int:
             lambda: run_flow.run(ws, None, None, None, as_json=False))
     log.run("compare (V5-V7)", lambda: compare_command(ws, as_json=False))
     comparison = compare_campaign(ws)
-    target = export_target(ws, comparison)
+    target, delivered = export_target(ws, comparison)
     bundle = ws.exports_dir / (target or "none")
     if target is not None:
         log.run(f"export {target} (P4, R3)", lambda: export_command(ws, target, None, False))
         log.run("verify in a new process (R2, R4)", lambda: verify_command(bundle, False))
-    log.run("report (L4, L5)", lambda: report_command(ws, open_browser=False, as_json=False))
+    dossier: dict[str, Any] = {}
+
+    def report_step() -> int:
+        path, dossier["data"] = write_report(ws)
+        console.print(f"dossier written: [bold]{path}[/]", highlight=False)
+        return 0
+
+    log.run("report (L4, L5)", report_step)
 
     console.rule("[bold]summary")
     minutes = (time.perf_counter() - total_start) / 60
     failed = [name for name, code, _ in log.rows if code == 1]
-    for line in summary_lines(ws, comparison, target, minutes, failed):
+    listed = [x["sentence"] for x in dossier["data"]["limits"] if x["severity"] == "FAIL"]
+    for line in summary_lines(ws, comparison, delivered, target, minutes, failed, listed):
         console.print(line, highlight=False)
-    return 1 if failed else 0
+    return 1 if failed or listed else 0
 
 
-def summary_lines(ws: Workspace, comparison: Any, target: str | None, minutes: float,
-                  failed: list[str]) -> list[str]:
-    """Five lines a person reads first; every figure comes from the files the steps wrote."""
+def summary_lines(ws: Workspace, comparison: Any, delivered: str, target: str | None,
+                  minutes: float, failed: list[str], listed: list[str]) -> list[str]:
+    """Five lines a person reads first; every figure comes from the files the steps wrote.
+
+    "every step passed" is said only when no step failed and the dossier lists no FAIL."""
     prepared = ws.prepare(write=False)
     counts = ", ".join(f"{k} {len(v)}" for k, v in prepared.splits.items())
     metric = comparison.metric
@@ -90,12 +114,16 @@ def summary_lines(ws: Workspace, comparison: Any, target: str | None, minutes: f
     control = by_name.get("control")
     control_mean = control.summary.get(metric, {}).get("mean") if control else None
     shown = f"{control_mean:.3f}" if isinstance(control_mean, int | float) else "n/a"
-    checks = "every step passed or warned" if not failed else f"FAIL in: {', '.join(failed)}"
+    checks = ("every step passed or warned and the dossier lists no FAIL"
+              if not failed and not listed else
+              "; ".join(([f"FAIL in: {', '.join(failed)}"] if failed else [])
+                        + ([f"the dossier lists {len(listed)} FAIL (first: {listed[0]})"]
+                           if listed else [])))  # fmt: skip
     return [
         f"1. data version {prepared.version} ({counts}); {checks}.",
         f"2. control {metric} on validation: {shown} (mean over seeds); "
         f"{len(comparison.variants) - 1} variant(s) compared.",
         f"3. decision: {comparison.decision}",
-        f"4. delivered: {ws.exports_dir / target if target else 'nothing (no completed run)'}",
+        f"4. delivered: {ws.exports_dir / target if target else delivered}",
         f"5. dossier: {ws.report_dir / 'index.html'} ({minutes:.1f} min in all)",
     ]

@@ -11,6 +11,7 @@ from typing import Any
 from tunepilot.campaign.variants import parse_seeds, variant_names
 from tunepilot.data.workspace import Workspace
 from tunepilot.errors import input_error
+from tunepilot.experiments.runner import outcome_code
 
 
 def _open_ledger(ws: Workspace) -> Any:
@@ -134,7 +135,7 @@ def retry(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool) -> 
     else:
         console.print(f"{outcome.run_id} (retry of {run_id}): {outcome.status} "
                       f"({outcome.reason}) {_headline(outcome.metrics)}")
-    return 0
+    return outcome_code([outcome.status])
 
 
 def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after: int | None,
@@ -161,7 +162,7 @@ def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after
                               f"{_headline(outcome.metrics)}")
     if as_json:
         print_json([_outcome_json(o) for o in outcomes])
-    return 0
+    return outcome_code(o.status for o in outcomes)
 
 
 def resume(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool) -> int:
@@ -175,7 +176,7 @@ def resume(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool) ->
     else:
         console.print(f"{outcome.run_id}: {outcome.status} after {outcome.updates} updates "
                       f"({outcome.reason}) {_headline(outcome.metrics)}")
-    return 0
+    return outcome_code([outcome.status])
 
 
 def list_runs(ws: Workspace, as_json: bool) -> int:

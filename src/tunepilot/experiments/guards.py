@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunepilot.campaign import Campaign
+from tunepilot.campaign.variants import CONTROL
 from tunepilot.verdict import Finding, Verdict
 
 EPS = 1e-9  # a drop exactly at the tolerance is allowed; float noise must not fail a guard
@@ -201,3 +202,39 @@ def format_guards(campaign: Campaign, metrics: dict[str, Any]) -> list[Finding]:
                                 "rate (json_validity ...) to judge; the format task is judged by "
                                 "its headline metric only", "H2"))  # fmt: skip
     return findings
+
+
+# --------------------------------------------------------------------------------------------
+# one run's guards, for what is delivered
+# --------------------------------------------------------------------------------------------
+
+
+def run_guards(campaign: Campaign, ledger: Any, run_id: str) -> list[Finding]:
+    """The guards of one run's final validation evaluation (H2), against the baseline and, for
+    a variant, the control run of the same seed, each only when evaluated the same way (V2).
+
+    What `export` writes into the bundle and the demo reads before delivering: a run that
+    fails a guard must not reach a colleague without saying so.
+    """
+    from tunepilot.ledger import BASELINE
+
+    own = ledger.evaluations(run_id=run_id, split="validation")
+    if not own:
+        return []
+    final = own[-1]
+
+    def comparable(run: str) -> dict[str, Any] | None:
+        evals = ledger.evaluations(run_id=run, split="validation")
+        if not evals:
+            return None
+        last = evals[-1]
+        same = (last.eval_config_hash, last.data_version) == (
+            final.eval_config_hash, final.data_version)  # fmt: skip
+        return last.metrics if same else None
+
+    row = ledger.get_run(run_id)
+    controls = [r.id for r in ledger.list_runs()
+                if r.variant == CONTROL and r.seed == row.seed and r.status == "completed"
+                and r.variant != row.variant]  # fmt: skip
+    control = comparable(controls[-1]) if controls else None
+    return check_guards(campaign, final.metrics, comparable(BASELINE), control)

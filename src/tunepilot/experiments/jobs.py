@@ -343,6 +343,7 @@ def _prepare(ws: Workspace, campaign: Campaign) -> None:
 def _settle(ws: Workspace, run_id: str, code: int) -> int:
     """After torchrun: a run left `running`/`planned` by crashed ranks is marked failed."""
     from tunepilot.console import console
+    from tunepilot.experiments.runner import outcome_code
     from tunepilot.ledger import Ledger
 
     with Ledger.open(ws.ledger_path) as ledger:
@@ -355,4 +356,4 @@ def _settle(ws: Workspace, run_id: str, code: int) -> int:
         console.print(f"{run_id}: nothing recorded (torchrun exited with code {code})")
     else:
         console.print(f"{run_id}: {row.status} ({row.reason})", highlight=False, markup=False)
-    return 0 if code == 0 else 1
+    return 1 if code != 0 else outcome_code([row.status] if row else [])

@@ -31,6 +31,14 @@ LEDGER_STATUS = {
     "stopped_loss_bound": "diverged",
     "paused": "interrupted",
 }
+# One rule for outcomes (README, exit codes): a run that ended in one of these is a failed
+# check, exit 1; completed, or paused as asked with --stop-after, is exit 0.
+FAILED_STATUSES = frozenset({"diverged", "failed", "invalid"})
+
+
+def outcome_code(statuses: Any) -> int:
+    """The exit code of a command that ran these runs: 1 if any ended badly, else 0."""
+    return 1 if any(s in FAILED_STATUSES for s in statuses) else 0
 
 
 @dataclass
