@@ -7,6 +7,8 @@ instead of one error per run. The CLI turns an `InputError` into exit code 2.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 
@@ -68,3 +70,28 @@ class ProblemList:
         more = [Problem(self.where, f"and {self.hidden} more problem(s)", "fix the ones above")]
         if self.problems:
             raise InputError(self.problems + (more if self.hidden else []), title=title)
+
+
+# What a corrupt, truncated or hand-edited file raises while it is parsed and read: bad JSON or
+# text (ValueError covers JSONDecodeError and UnicodeDecodeError), a missing or mistyped entry,
+# nesting deep enough to exhaust the parser.
+CONTENT_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError,
+)  # fmt: skip
+
+
+@contextmanager
+def reading(
+    path: object, fix: str, *, title: str = "unreadable file",
+    also: tuple[type[BaseException], ...] = (),
+) -> Iterator[None]:  # fmt: skip
+    """Turn what a file's content raises inside the block into an InputError that names the
+    file and the fix. One place for every file tunepilot reads back (state.json, MANIFEST.json,
+    config.resolved.yaml ...), so a damaged file is bad input (exit 2), never a traceback.
+    Keep the block to parsing and reading fields: a bug elsewhere must not pass as bad input."""
+    try:
+        yield
+    except (*CONTENT_ERRORS, *also) as exc:
+        detail = str(exc).splitlines()[0][:200] if str(exc) else ""
+        found = f"unreadable content ({type(exc).__name__}{': ' + detail if detail else ''})"
+        raise input_error(str(path), found, fix, title=title) from None

@@ -25,6 +25,8 @@ from typing import Any
 from tunepilot.campaign import DataSettings
 from tunepilot.data.chat_rows import input_text, last_answer, read_conversation
 from tunepilot.data.readers import (
+    FLATTEN_IT,
+    NESTED_TOO_DEEP,
     Row,
     _decode_lines,
     _read_delimited,
@@ -286,6 +288,9 @@ class _RowReader:
         if isinstance(value, str):
             try:
                 value = json.loads(value)
+            except RecursionError:
+                self.problems.add(where, f"target `{name}`: {NESTED_TOO_DEEP}", FLATTEN_IT)
+                return None
             except json.JSONDecodeError as exc:
                 self.problems.add(
                     where,

@@ -25,6 +25,10 @@ _QUOTING_FIX = (
 
 Row = tuple[int, dict[str, Any]]  # (physical line or parquet row number, column -> value)
 
+# JSON nested beyond Python's recursion limit cannot be parsed; no example needs it.
+NESTED_TOO_DEEP = "JSON nested too deeply to read (beyond the parser's recursion limit)"
+FLATTEN_IT = "flatten that value: an example is a JSON object of plain fields"
+
 
 def detect_format(path: Path, declared: str, problems: ProblemList) -> str:
     """`data.format`, or the suffix; .txt / no suffix: tabs mean TSV, commas CSV."""
@@ -92,6 +96,9 @@ def _read_jsonl(path: Path, lines: list[str], problems: ProblemList) -> tuple[li
                 f"not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})",
                 "fix that line: one JSON object per line, double-quoted keys and strings",
             )
+            continue
+        except RecursionError:
+            problems.add(f"{path}:{number}", NESTED_TOO_DEEP, FLATTEN_IT)
             continue
         if not isinstance(value, dict):
             problems.add(

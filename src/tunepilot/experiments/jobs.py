@@ -35,7 +35,7 @@ from typing import IO, Any
 from tunepilot.campaign import Campaign
 from tunepilot.campaign.variants import parse_seeds, variant_names
 from tunepilot.data.workspace import Workspace
-from tunepilot.errors import input_error
+from tunepilot.errors import input_error, reading
 from tunepilot.train.distributed import STRATEGIES
 
 _RENDEZVOUS_FLAGS = ("--nnodes", "--rdzv", "--master", "--node", "--standalone")
@@ -312,11 +312,14 @@ def distributed_settings_of(run_dir: Path) -> tuple[str, int] | None:
     path = Path(run_dir) / "config.resolved.yaml"
     if not path.is_file():
         return None
-    resolved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    dist = (resolved.get("training") or {}).get("distributed") or {}
-    if dist.get("strategy") in (None, "none"):
-        return None
-    return str(dist["strategy"]), int(dist.get("nproc", 1))
+    fix = ("restore the file from the run's latest checkpoint folder or a backup, or retry the "
+           "run under a new id (`tunepilot run --retry RUN`)")  # fmt: skip
+    with reading(path, fix, title="run files refused", also=(yaml.YAMLError,)):
+        resolved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        dist = (resolved.get("training") or {}).get("distributed") or {}
+        if dist.get("strategy") in (None, "none"):
+            return None
+        return str(dist["strategy"]), int(dist.get("nproc", 1))
 
 
 def _choose(ws: Workspace, nproc: int | None, strategy: str | None) -> tuple[int, str]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.campaign import stable_hash
-from tunepilot.errors import InputError, Problem, input_error
+from tunepilot.errors import InputError, Problem, input_error, reading
 from tunepilot.train import rng
 from tunepilot.train.manifest import (
     FORMAT,
@@ -227,6 +227,23 @@ def check_identity(folder: Path, state: dict[str, Any], identity: dict[str, str]
 # ---------------------------------------------------------------------------------------------
 
 
+STATE_FIX = "resume from another checkpoint of the run, or retry it (`tunepilot run --retry RUN`)"
+
+
+def read_state(folder: Path) -> dict[str, Any]:
+    """state.json of a verified step folder, refused as bad input when it is not the object
+    save_checkpoint writes (a damaged or hand-edited file never reaches the loop as is)."""
+    path = Path(folder) / "state.json"
+    with reading(path, STATE_FIX, title="checkpoint refused"):
+        state = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(state, dict):
+            raise TypeError(f"a JSON {type(state).__name__}, not an object")
+        missing = [k for k in ("update", "sampler", "weights") if k not in state]
+        if missing:
+            raise KeyError(f"no {', '.join(missing)}")
+    return state
+
+
 def load_weights(folder: Path, model: Any) -> dict[str, Any]:
     """Verify the manifest, then load only the weights (adapter or full model) in place.
 
@@ -237,7 +254,7 @@ def load_weights(folder: Path, model: Any) -> dict[str, Any]:
 
     folder = Path(folder)
     verify_checkpoint(folder)
-    state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+    state = read_state(folder)
     inner = unwrap(model)
     if state.get("weights") == "peft":
         _load_adapter(folder, inner)

@@ -46,7 +46,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from tunepilot.errors import input_error
-from tunepilot.train.checkpoint import save_checkpoint, step_folder, verify_checkpoint
+from tunepilot.train.checkpoint import (
+    read_state,
+    save_checkpoint,
+    step_folder,
+    verify_checkpoint,
+)
 from tunepilot.train.rng import Captured
 
 if TYPE_CHECKING:
@@ -276,7 +281,7 @@ def load_gathered_checkpoint(
 
     folder = Path(folder)
     verify_checkpoint(folder)
-    state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+    state = read_state(folder)
     if state.get("weights") == "peft":
         if not _is_peft(model):
             raise input_error(

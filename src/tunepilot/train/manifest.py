@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tunepilot.errors import InputError, Problem, input_error
+from tunepilot.errors import InputError, Problem, input_error, reading
 from tunepilot.model.base import sha256_file
 
 FORMAT = "tunepilot-checkpoint/1"
@@ -84,16 +84,12 @@ def verify_checkpoint(folder: Path) -> dict[str, Any]:
             "resume from a complete step folder (see latest_checkpoint)",
             title="checkpoint refused",
         )
-    try:
+    with reading(manifest_path, "resume from another checkpoint", title="checkpoint refused"):
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        listed: dict[str, dict[str, Any]] = dict(manifest["files"])
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise input_error(
-            str(manifest_path),
-            f"an unreadable manifest ({type(exc).__name__})",
-            "resume from another checkpoint",
-            title="checkpoint refused",
-        ) from None
+        listed: dict[str, tuple[int, str]] = {  # every entry whole before any file is judged
+            str(name): (int(entry["bytes"]), str(entry["sha256"]))
+            for name, entry in dict(manifest["files"]).items()
+        }
     problems: list[Problem] = []
     present = {
         str(p.relative_to(folder)): p
@@ -108,7 +104,7 @@ def verify_checkpoint(folder: Path) -> dict[str, Any]:
             )
         elif name not in listed:
             problems.append(Problem(str(path), "a file not listed in MANIFEST.json", "remove it"))
-    for name, entry in listed.items():
+    for name, (size, digest) in listed.items():
         path = folder / name
         if name not in present:
             problems.append(
@@ -118,7 +114,7 @@ def verify_checkpoint(folder: Path) -> dict[str, Any]:
                     "restore the file or resume from another checkpoint",
                 )
             )
-        elif path.stat().st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
+        elif path.stat().st_size != size or sha256_file(path) != digest:
             problems.append(
                 Problem(
                     str(path),
