@@ -33,7 +33,7 @@ def test_v3_run_exits_1_when_a_run_diverged_and_0_when_it_completed(
 def test_h2_export_of_a_run_that_fails_its_guards_warns_in_output_and_bundle(
     tmp_path: Path, tiny_bert_dir: Path, capsys
 ):
-    from tunepilot.deliver.export import export_command
+    from tunepilot.deliver.flow import export_command
     from tunepilot.experiments import flow
 
     path = write_sweep_campaign(tmp_path / "c", tiny_bert_dir, n=45)

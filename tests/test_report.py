@@ -69,7 +69,7 @@ def build_campaign(folder: Path, *, full: bool = False) -> Workspace:
     final_test(ws, "control-s0-1", as_json=False)
     final_test(ws, "control-s1-1", as_json=False)  # a second look: H4 warns, the dossier too
     if full:
-        from tunepilot.deliver.export import export_command
+        from tunepilot.deliver.flow import export_command
         from tunepilot.deliver.verify import verify_command
         from tunepilot.pilot.flow import run_pilot
 

@@ -37,7 +37,7 @@ def export(
 
     Example: tunepilot export control-s0-1 campaign.yaml --merge
     """
-    from tunepilot.deliver.export import export_command
+    from tunepilot.deliver.flow import export_command
 
     run_body(lambda: export_command(open_workspace(args), run_id, out, as_json, merge))
 

@@ -33,7 +33,7 @@ import yaml
 from tunepilot.campaign import Campaign
 from tunepilot.data.workspace import Workspace
 from tunepilot.deliver.bundle_check import FORMAT, MANIFEST, unsafe_reason
-from tunepilot.deliver.card import GUARD_NOTE, guard_warning, read_audit
+from tunepilot.deliver.card import guard_warning, read_audit
 from tunepilot.errors import input_error
 from tunepilot.tasks.example import Example
 from tunepilot.train.manifest import write_manifest
@@ -385,26 +385,3 @@ def export_run(
         audit=read_audit(ws.root, row.data_version),
         merge=merge,
     )
-
-
-def export_command(
-    ws: Workspace, run_id: str, out: Path | None, as_json: bool, merge: bool = False
-) -> int:
-    """Body of `tunepilot export RUN [CAMPAIGN] [--out DIR] [--merge] [--json]`."""
-    from tunepilot.console import console, error_console, print_json
-
-    folder = export_run(ws, run_id, out, merge)
-    manifest = json.loads((folder / "MANIFEST.json").read_text(encoding="utf-8"))
-    fails = json.loads((folder / "metrics.json").read_text("utf-8"))["metrics"]["fails_guards"]
-    if as_json:
-        print_json({"run_id": run_id, "bundle": str(folder), "files": manifest["files"],
-                    "fails_guards": fails})  # fmt: skip
-    else:
-        console.print(
-            f"exported {run_id} to [bold]{folder}[/] ({len(manifest['files'])} files, "
-            f"sha256 in MANIFEST.json); check it with `tunepilot verify {folder}`"
-        )
-    if fails:  # delivered as asked, but a check failed: say it, and exit 1 (README)
-        error_console.print(f"[bold red]warning:[/] {run_id} fails its guards (H2): "
-                            f"{'; '.join(fails)}. {GUARD_NOTE}", highlight=False)  # fmt: skip
-    return 1 if fails else 0

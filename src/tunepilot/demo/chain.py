@@ -61,7 +61,7 @@ def run_chain(campaign_path: Path) -> int:
     """Run every step; returns 1 if any step reported a FAIL, else 0."""
     from tunepilot.console import console
     from tunepilot.data.flow import audit_workspace
-    from tunepilot.deliver.export import export_command
+    from tunepilot.deliver.flow import export_command
     from tunepilot.deliver.verify import verify_command
     from tunepilot.experiments import flow as run_flow
     from tunepilot.experiments.compare import compare_campaign, compare_command

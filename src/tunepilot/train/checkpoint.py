@@ -244,6 +244,19 @@ def read_state(folder: Path) -> dict[str, Any]:
     return state
 
 
+def restore_position(
+    folder: Path, state: dict[str, Any], sampler: Any, scaler: Any
+) -> tuple[int, int, float]:
+    """Put the sampler (and the fp16 gradient scaler) back where the checkpoint left them, so
+    training continues at that position without replaying a batch; returns (updates done,
+    examples seen, seconds trained). A state.json whose entries do not fit is bad input."""
+    with reading(folder / "state.json", STATE_FIX, title="checkpoint refused"):
+        sampler.load_state_dict(state["sampler"])
+        if scaler is not None and state.get("grad_scaler"):
+            scaler.load_state_dict(state["grad_scaler"])
+        return int(state["update"]), int(state["examples_seen"]), float(state["elapsed_seconds"])
+
+
 def load_weights(folder: Path, model: Any) -> dict[str, Any]:
     """Verify the manifest, then load only the weights (adapter or full model) in place.
 

@@ -46,12 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from tunepilot.errors import input_error
-from tunepilot.train.checkpoint import (
-    read_state,
-    save_checkpoint,
-    step_folder,
-    verify_checkpoint,
-)
+from tunepilot.train.checkpoint import read_state, save_checkpoint, step_folder, verify_checkpoint
 from tunepilot.train.rng import Captured
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from tunepilot.errors import input_error, reading
+from tunepilot.errors import input_error
 from tunepilot.model.build import enable_activation_checkpointing
 from tunepilot.progress import Progress
 from tunepilot.tasks.base import Encoded
@@ -40,10 +40,10 @@ from tunepilot.train import rng
 from tunepilot.train.arithmetic import UpdatePlan, plan_updates
 from tunepilot.train.batching import Kind, UpdateSampler, collate, count_targets, summed_loss
 from tunepilot.train.checkpoint import (
-    STATE_FIX,
     check_identity,
     latest_checkpoint,
     load_checkpoint,
+    restore_position,
     run_identity,
     save_checkpoint,
     step_folder,
@@ -162,12 +162,8 @@ def train(
             )  # fmt: skip
         state = (load_gathered_checkpoint if is_fsdp else load_checkpoint)(folder, model, optimizer)
         check_identity(folder, state, identity)
-        with reading(folder / "state.json", STATE_FIX, title="checkpoint refused"):
-            sampler.load_state_dict(state["sampler"])  # continue at the position, no replay
-            if scaler is not None and state.get("grad_scaler"):
-                scaler.load_state_dict(state["grad_scaler"])
-            done, examples_seen = int(state["update"]), int(state["examples_seen"])
-            elapsed_before, last_checkpoint = float(state["elapsed_seconds"]), folder
+        done, examples_seen, elapsed_before = restore_position(folder, state, sampler, scaler)
+        last_checkpoint = folder
         records.rewind(done)
         generators = rng.of_rank(state, state["rng_tensors"], rank)
         if generators is not None:
