@@ -82,7 +82,7 @@ CONTENT_ERRORS: tuple[type[BaseException], ...] = (
 
 @contextmanager
 def reading(
-    path: object, fix: str, *, title: str = "unreadable file",
+    path: object, fix: str, *, what: str = "content", title: str = "unreadable file",
     also: tuple[type[BaseException], ...] = (),
 ) -> Iterator[None]:  # fmt: skip
     """Turn what a file's content raises inside the block into an InputError that names the
@@ -93,5 +93,5 @@ def reading(
         yield
     except (*CONTENT_ERRORS, *also) as exc:
         detail = str(exc).splitlines()[0][:200] if str(exc) else ""
-        found = f"unreadable content ({type(exc).__name__}{': ' + detail if detail else ''})"
+        found = f"an unreadable {what} ({type(exc).__name__}{': ' + detail if detail else ''})"
         raise input_error(str(path), found, fix, title=title) from None

@@ -314,7 +314,8 @@ def distributed_settings_of(run_dir: Path) -> tuple[str, int] | None:
         return None
     fix = ("restore the file from the run's latest checkpoint folder or a backup, or retry the "
            "run under a new id (`tunepilot run --retry RUN`)")  # fmt: skip
-    with reading(path, fix, title="run files refused", also=(yaml.YAMLError,)):
+    with reading(path, fix, what="resolved config", title="run files refused",
+                 also=(yaml.YAMLError,)):
         resolved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         dist = (resolved.get("training") or {}).get("distributed") or {}
         if dist.get("strategy") in (None, "none"):

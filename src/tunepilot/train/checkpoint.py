@@ -234,7 +234,7 @@ def read_state(folder: Path) -> dict[str, Any]:
     """state.json of a verified step folder, refused as bad input when it is not the object
     save_checkpoint writes (a damaged or hand-edited file never reaches the loop as is)."""
     path = Path(folder) / "state.json"
-    with reading(path, STATE_FIX, title="checkpoint refused"):
+    with reading(path, STATE_FIX, what="checkpoint state", title="checkpoint refused"):
         state = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(state, dict):
             raise TypeError(f"a JSON {type(state).__name__}, not an object")
@@ -250,7 +250,8 @@ def restore_position(
     """Put the sampler (and the fp16 gradient scaler) back where the checkpoint left them, so
     training continues at that position without replaying a batch; returns (updates done,
     examples seen, seconds trained). A state.json whose entries do not fit is bad input."""
-    with reading(folder / "state.json", STATE_FIX, title="checkpoint refused"):
+    state_file = folder / "state.json"
+    with reading(state_file, STATE_FIX, what="checkpoint state", title="checkpoint refused"):
         sampler.load_state_dict(state["sampler"])
         if scaler is not None and state.get("grad_scaler"):
             scaler.load_state_dict(state["grad_scaler"])

@@ -84,7 +84,8 @@ def verify_checkpoint(folder: Path) -> dict[str, Any]:
             "resume from a complete step folder (see latest_checkpoint)",
             title="checkpoint refused",
         )
-    with reading(manifest_path, "resume from another checkpoint", title="checkpoint refused"):
+    fix = "resume from another checkpoint"
+    with reading(manifest_path, fix, what="manifest", title="checkpoint refused"):
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         listed: dict[str, tuple[int, str]] = {  # every entry whole before any file is judged
             str(name): (int(entry["bytes"]), str(entry["sha256"]))
