@@ -226,3 +226,36 @@ def test_item2_size_bad_config_unknown_architecture_and_card_exit_2(llama_campai
     assert done.returncode == 2, done.stderr
     assert "H1000 80GB" in done.stderr and "H100 80GB" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_item1_pilot_extension_gate_refuses_bitsandbytes_off_cuda() -> None:
+    from tunepilot.model.base_dtype import exercise_bitsandbytes
+
+    ran, sentence = exercise_bitsandbytes("nf4", torch.device("cpu"))
+    assert not ran
+    assert "CUDA" in sentence and "tunepilot size" in sentence
+
+
+# --------------------------------------------------------------------------------------------
+# item 6: the prediction against the same step executed on real tensors
+# --------------------------------------------------------------------------------------------
+
+
+def test_item6_tiny_llama_prediction_within_5pct_of_measured_tensor_bytes(llama_campaign) -> None:
+    from tunepilot.sizing.dry_run_check import check_steps
+
+    checks = check_steps(_ws(llama_campaign), microbatch=4, max_length=128,
+                         activation_checkpointing=True, device="cpu")  # fmt: skip
+    assert [c.phase for c in checks] == ["first step", "steady step"]
+    for c in checks:
+        assert c.measured is not None and c.measured > 1024**2
+        assert abs(c.predicted - c.measured) <= 0.05 * c.measured, c.sentence
+        assert c.verdict == "PASS"
+
+
+def test_item6_step_too_small_to_see_activations_cannot_validate_never_pass(llama_campaign):
+    from tunepilot.sizing.dry_run_check import CANNOT_VALIDATE, check_steps
+
+    checks = check_steps(_ws(llama_campaign), microbatch=1, max_length=8, device="cpu")
+    assert {c.verdict for c in checks} == {CANNOT_VALIDATE}
+    assert all(c.error is None and "too little" in c.sentence for c in checks)

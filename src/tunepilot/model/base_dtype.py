@@ -100,3 +100,47 @@ def _cuda_has_bf16() -> bool:
     import torch
 
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def exercise_bitsandbytes(name: str, device: Any) -> tuple[bool, str]:
+    """(ran, sentence): one bitsandbytes nf4/int8 layer forward and backward on `device` (B1).
+
+    The bitsandbytes build must match the backend (CUDA or ROCm) and the card; a wheel built
+    for another one imports fine and fails at the first kernel, so a kernel is run here.
+    """
+    import torch
+
+    if getattr(device, "type", str(device)) != "cuda":
+        return False, (f"model.base_dtype={name} needs bitsandbytes on a CUDA GPU and this "
+                       f"runs on {device}; the pilot on the rented GPU checks it, `tunepilot "
+                       "size` sizes it here")  # fmt: skip
+    try:
+        import bitsandbytes as bnb
+    except ImportError as exc:
+        return False, (f"model.base_dtype={name} but bitsandbytes does not import "
+                       f"({str(exc)[:120]}); pip install bitsandbytes")  # fmt: skip
+    backend = f"torch {torch.__version__}, " + (
+        f"ROCm {torch.version.hip}" if getattr(torch.version, "hip", None)
+        else f"CUDA {torch.version.cuda}"
+    )  # fmt: skip
+    try:
+        if name == "nf4":
+            layer = bnb.nn.Linear4bit(64, 64, bias=False, compute_dtype=torch.bfloat16,
+                                      quant_type="nf4").to(device)  # fmt: skip
+            x = torch.randn(4, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
+        else:
+            layer = bnb.nn.Linear8bitLt(64, 64, bias=False, has_fp16_weights=False).to(device)
+            x = torch.randn(4, 64, device=device, dtype=torch.float16, requires_grad=True)
+        out = layer(x)
+        out.float().sum().backward()
+        ok = bool(torch.isfinite(out).all()) and x.grad is not None
+    except (RuntimeError, AttributeError, TypeError, ValueError) as exc:
+        return False, (f"bitsandbytes {bnb.__version__} fails a {name} layer on this GPU "
+                       f"({backend}): {str(exc)[:160]}; install the bitsandbytes build for "
+                       "this backend, or set model.base_dtype=bf16")  # fmt: skip
+    if not ok:
+        return False, f"bitsandbytes {bnb.__version__} gave non-finite {name} outputs ({backend})"
+    return (
+        True,
+        f"bitsandbytes {bnb.__version__} ran a {name} layer forward and backward ({backend})",
+    )

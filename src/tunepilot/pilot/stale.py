@@ -138,6 +138,12 @@ def exercise_extensions(state: PilotState) -> list[dict[str, Any]]:
         checks.append(_check_precision(t.precision, state.device))
     if t.distributed.strategy != "none":
         checks.append(_check_collectives(t.distributed.strategy, t.distributed.nproc, state.device))
+    if m.base_dtype in ("nf4", "int8"):
+        from tunepilot.model.base_dtype import exercise_bitsandbytes
+
+        ran, sentence = exercise_bitsandbytes(m.base_dtype, state.device)
+        checks.append(_result(f"bitsandbytes {m.base_dtype}", Verdict.PASS if ran else Verdict.FAIL,
+                              sentence))  # fmt: skip
     return checks
 
 

@@ -151,8 +151,6 @@ def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tup
 
 def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measured:
     """Every phase of the model with `blocks` blocks, as live bytes and FLOPs."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     from tunepilot.sizing.dry_run_quant import QuantizedStorage
     from tunepilot.sizing.dry_run_tracker import StorageTracker, model_roles
     from tunepilot.train.optimizer import build_optimizer
@@ -172,11 +170,10 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
     with tracker:
         for name in PHASES[:2]:
             tracker.reset_peak()
-            with FlopCounterMode(display=False) as flops:
-                attn0 = COUNTER[0]
-                _train_step(model, optimizer, shape, tracker)
+            flops0, attn0 = tracker.flops, COUNTER[0]
+            train_step(model, optimizer, shape, tracker)
             roles = model_roles(tracker, model, optimizer)
-            count = flops.get_total_flops() + COUNTER[0] - attn0
+            count = tracker.flops - flops0 + COUNTER[0] - attn0
             inputs = shape.inputs(shape.microbatch, shape.length)
             phases[name] = _phase(name, tracker.breakdown(roles), count, extra, inputs, quant.notes)
             optimizer.zero_grad(set_to_none=True)
@@ -201,19 +198,26 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
     return Measured(phases, trainable, total)
 
 
-def _batch(shape: Shape, batch: int, length: int) -> dict[str, Any]:
+def make_batch(shape: Shape, batch: int, length: int, device: str = "meta",
+               vocab: int = 2) -> dict[str, Any]:  # fmt: skip
+    """Full-length rows of token ids (random on a real device) and their labels."""
     import torch
 
-    ids = torch.zeros(batch, length, dtype=torch.long, device="meta")
+    ids = torch.randint(0, vocab, (batch, length), device=device)
     labels = ids if shape.kind == "causal_lm" else torch.zeros(batch, dtype=torch.long,
-                                                                device="meta")  # fmt: skip
+                                                                device=device)  # fmt: skip
     # Every row is full length, so the padding mask is all ones, which transformers drops
     # before attention; None says the same without a data-dependent check on meta tensors.
     return {"input_ids": ids, "attention_mask": None, "labels": labels}
 
 
-def _train_step(model: Any, optimizer: Any, shape: Shape, tracker: Any) -> None:
-    """One microbatch's forward, loss, backward, clipping and optimizer step, as the loop."""
+def train_step(
+    model: Any, optimizer: Any, shape: Shape, tracker: Any, device: str = "meta", vocab: int = 2
+) -> None:
+    """One microbatch's forward, loss, backward, clipping and optimizer step, as the loop.
+
+    The dry run runs it on meta tensors; `dry_run_check` runs it on real ones to compare.
+    """
     import math
 
     import torch
@@ -221,7 +225,7 @@ def _train_step(model: Any, optimizer: Any, shape: Shape, tracker: Any) -> None:
     from tunepilot.train.batching import summed_loss
 
     tracker.region = "forward"
-    batch = _batch(shape, shape.microbatch, shape.length)
+    batch = make_batch(shape, shape.microbatch, shape.length, device, vocab)
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     loss = summed_loss(logits, batch["labels"], shape.kind) / max(batch["labels"].numel(), 1)
     del logits
@@ -241,7 +245,6 @@ def _forward_phase(
 ) -> PhaseSize:  # fmt: skip
     """A no-grad forward (with the KV cache a generating evaluation keeps)."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     from tunepilot.sizing.dry_run_tracker import model_roles
 
@@ -249,9 +252,9 @@ def _forward_phase(
     tracker.reset_peak()
     tracker.region = "forward"
     extra = dict(extra)
-    with torch.no_grad(), FlopCounterMode(display=False) as flops:
-        attn0 = COUNTER[0]
-        batch = _batch(shape, batch_size, length)
+    with torch.no_grad():
+        flops0, attn0 = tracker.flops, COUNTER[0]
+        batch = make_batch(shape, batch_size, length)
         use_cache = shape.generates and shape.kind == "causal_lm"
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                     use_cache=use_cache)  # fmt: skip
@@ -262,7 +265,7 @@ def _forward_phase(
                   "(analytical)"] = growth  # fmt: skip
         roles = model_roles(tracker, model, optimizer)
         breakdown = tracker.breakdown(roles)
-        count = flops.get_total_flops() + COUNTER[0] - attn0
+        count = tracker.flops - flops0 + COUNTER[0] - attn0
         del out, batch
     tracker.region = "setup"
     model.train()

@@ -12,6 +12,11 @@ What a byte is counts by who holds it at the peak, judged when the phase ends: p
 weights, `.grad` tensors gradients, the optimizer's state its state; the remaining bytes are
 activations when the forward pass created them (kept for backward), temporaries otherwise
 (backward's and the optimizer step's transient buffers, recomputed blocks).
+
+FLOPs are counted in the same pass with `torch.utils.flop_counter`'s own per-operator formulas
+(the registry `FlopCounterMode` reads). `FlopCounterMode` itself is not stacked on top: its
+module tracker hooks every module's backward, and under activation checkpointing that keeps
+the recomputed activations alive (a tiny Llama step measured +77% over real execution).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
 from torch.utils.weak import WeakIdKeyDictionary
 
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "temporaries")
@@ -67,6 +73,7 @@ class StorageTracker(TorchDispatchMode):
     current: int = 0
     peak: int = 0
     peak_live: dict[int, _Storage] = field(default_factory=dict)
+    flops: int = 0
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -141,6 +148,9 @@ class StorageTracker(TorchDispatchMode):
             return True
         out = func(*args, **(kwargs or {}))
         self.track(tree_leaves(out))
+        count = flop_registry.get(func._overloadpacket)
+        if count is not None:
+            self.flops += count(*args, **(kwargs or {}), out_val=out)
         return out
 
 
