@@ -109,6 +109,11 @@ def test_item2_dry_run_builds_the_run_model_and_splits_each_phase_peak(llama_cam
     assert result.phase("first step").activations > 0
     assert result.phase("first step").flops > 0
     assert result.phase("checkpoint").activations == 0
+    # no length asked for: the longest training example with the campaign's own tokenizer
+    prepared = ws.prepare(write=False, seal=False)
+    encoder = ws.encoder(prepared.label_names)
+    longest = max(len(encoder.encode(e).input_ids) for e in prepared.splits["train"])
+    assert result.phase("first step").inputs["length"] == longest <= 64
 
 
 def test_item2_two_and_three_blocks_extrapolate_to_four(llama_campaign, tmp_path) -> None:
@@ -184,16 +189,19 @@ def test_item7_shipped_config_has_source_and_builds_the_published_size(name, tmp
     assert counts[0] + (arch.layers - 1) * (counts[1] - counts[0]) == PUBLISHED_PARAMS[name]
 
 
-def test_item7_shipped_8b_config_sizes_without_download_fast(llama_campaign) -> None:
-    from tunepilot.sizing.dry_run import dry_run
-
-    ws = _ws(llama_campaign, **{"model.name_or_path": "llama-3-8b-config",
-                                "data.max_length": 32, "training.eval_batch_size": 1})  # fmt: skip
-    result = dry_run(ws)
-    assert result.layers == 32 and result.architecture == "LlamaForCausalLM"
-    assert result.total_params - result.trainable_params == PUBLISHED_PARAMS["llama-3-8b-config"]
-    # a bf16 base: the frozen weights are 2 bytes each
-    assert result.phase("checkpoint").weights == pytest.approx(2 * result.total_params, rel=0.01)
+def test_item7_size_json_shipped_8b_config_without_download(llama_campaign) -> None:
+    done = _size(str(llama_campaign), "model.name_or_path=llama-3-8b-config", "data.max_length=32",
+                 "training.eval_batch_size=1", "--gpu", "H100 80GB", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)  # stdout is exactly one JSON document
+    result = payload["dry_run"]
+    assert result["layers"] == 32 and result["architecture"] == "LlamaForCausalLM"
+    frozen = result["total_params"] - result["trainable_params"]
+    assert frozen == PUBLISHED_PARAMS["llama-3-8b-config"]
+    checkpoint = next(p for p in result["phases"] if p["phase"] == "checkpoint")
+    assert checkpoint["weights"] == pytest.approx(2 * frozen, rel=0.01)  # a bf16 base
+    assert any("no tokenizer" in n for n in result["notes"])
+    assert payload["fits"][0]["gpu"] == "H100 80GB" and payload["fits"][0]["verdict"] == "PASS"
 
 
 # --------------------------------------------------------------------------------------------

@@ -60,14 +60,21 @@ class _StandIn(TorchFunctionMode):
         self.counter = counter
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        if func is torch.nn.functional.scaled_dot_product_attention:
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention and not (
+            TARGET["device"] == "cpu" and kwargs.get("dropout_p", 0.0) > 0
+        ):
             q, k, v = args[:3]
             return _FusedAttention.apply(q, k, v, self.counter)
-        return func(*args, **(kwargs or {}))
+        return func(*args, **kwargs)
 
 
 FUSED = "tunepilot_fused_sdpa"
-COUNTER = [0]  # attention FLOPs so far; the FlopCounterMode cannot see inside the stand-in
+COUNTER = [0]  # attention FLOPs so far; the tracker's FLOP count cannot see the stand-in
+# The device sized. CPU's fused (flash) SDPA kernel refuses attention dropout, and PyTorch
+# then runs the math path, L x L matrices included; CUDA's flash and memory-efficient
+# kernels apply dropout inside the kernel.
+TARGET = {"device": "cuda"}
 
 
 def fused_attention_forward(module: Any, query: Any, key: Any, value: Any, *args: Any,

@@ -51,16 +51,13 @@ class _Regions:
 
 
 def check_steps(
-    ws: Workspace,
-    *,
-    microbatch: int | None = None,
-    max_length: int | None = None,
-    activation_checkpointing: bool | None = None,
-    base_dtype: str | None = None,
-    device: str = "cpu",
-    tolerance: float = 0.05,
+    ws: Workspace, *, device: str = "cpu", tolerance: float = 0.05, **options: Any
 ) -> list[StepCheck]:
-    """First and steady step: the dry run's prediction vs the step executed on `device`."""
+    """First and steady step: the dry run's prediction vs the step executed on `device`.
+
+    `options` are `dry_run`'s (microbatch, max_length, activation_checkpointing, base_dtype;
+    None or absent = the campaign's own).
+    """
     import torch
 
     from tunepilot.measure.memory import MemoryProbe
@@ -70,8 +67,8 @@ def check_steps(
     from tunepilot.sizing.dry_run_measure import Shape, train_step
     from tunepilot.train.optimizer import build_optimizer
 
-    options = {"microbatch": microbatch, "max_length": max_length, "base_dtype": base_dtype,
-               "activation_checkpointing": activation_checkpointing}  # fmt: skip
+    keys = ("microbatch", "max_length", "activation_checkpointing", "base_dtype")
+    options = {k: options.get(k) for k in keys}
     predicted = dry_run(ws, **options, device=device)
     shape = Shape.from_campaign(ws, architecture_config(ws.campaign.model, ws.root),
                                 **options, attention=None, device=device)  # fmt: skip

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import input_error
 from tunepilot.sizing.dry_run import CUBLAS_WORKSPACE, PHASES, PhaseSize
-from tunepilot.sizing.dry_run_attention import COUNTER
+from tunepilot.sizing.dry_run_attention import COUNTER, TARGET
 from tunepilot.sizing.dry_run_config import ArchitectureConfig
 
 if TYPE_CHECKING:
@@ -69,19 +69,36 @@ class Shape:
                               f"use one of {', '.join(ATTENTION_KINDS)}")  # fmt: skip
         if device == "cpu" and attention == "flash":
             attention = "sdpa"
-        notes.append(SENTENCES[attention] + (" (CPU's fused SDPA kernel)" if device == "cpu"
-                                             else ""))  # fmt: skip
-        length = max_length or c.data.max_length
-        notes.append(
-            f"sequences sized at {length} tokens (data.max_length: the longest a microbatch "
-            "can be after truncation); evaluation at the same length, its longest"
-        )
+        on_cpu = " (CPU's fused SDPA kernel; with attention dropout CPU runs the math path, "
+        on_cpu += "L x L matrices included)"
+        notes.append(SENTENCES[attention] + (on_cpu if device == "cpu" else ""))
+        task = c.hypothesis.task
+        if task == "image_classification":
+            raise input_error(
+                "hypothesis.task", "image_classification: the dry run sizes text models only",
+                "size an image campaign with `tunepilot pilot` on a small GPU, or on this CPU",
+                title="not sized without a GPU",
+            )  # fmt: skip
+        length, eval_length = max_length or c.data.max_length, max_length or c.data.max_length
+        longest = None if max_length else data_lengths(ws, arch)
+        if longest:
+            length, eval_length = longest
+            notes.append(
+                f"steps sized at {length} tokens, evaluation at {eval_length}: the longest "
+                "training and validation examples encoded with the campaign's tokenizer "
+                f"(capped at data.max_length={c.data.max_length})"
+            )
+        else:
+            why = "asked for" if max_length else (
+                "data.max_length, the longest a microbatch can be after truncation; no "
+                "tokenizer here to measure the data's own lengths"
+            )  # fmt: skip
+            notes.append(f"sequences sized at {length} tokens ({why}); evaluation the same")
         if c.training.precision != "fp32":
             notes.append(
                 f"training.precision={c.training.precision} autocast is not replayed on meta "
                 f"tensors: activations are sized in the base's {dtype} compute dtype"
             )
-        task = c.hypothesis.task
         labels = c.data.labels
         if task == "classification" and not labels:
             labels = ws.prepare(write=False, seal=False).label_names
@@ -94,7 +111,7 @@ class Shape:
             microbatch=microbatch or t.microbatch,
             length=length,
             eval_batch=t.eval_batch_size,
-            eval_length=length,
+            eval_length=eval_length,
             base_dtype=dtype,
             activation_checkpointing=(
                 t.activation_checkpointing
@@ -135,6 +152,7 @@ def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tup
     source = ModelSource(arch.path, arch.source, None, None, {}, "local")
     from tunepilot.sizing.dry_run_attention import register_fused_attention
 
+    TARGET["device"] = shape.device
     config = arch.with_layers(blocks)
     impl = "eager" if shape.attention == "eager" else register_fused_attention()
     settings = shape.settings.model_copy(update={"attn_implementation": impl})
@@ -300,3 +318,26 @@ def _phase(
     parts["temporaries"] += sum(extra.values())
     return PhaseSize(name, **parts, peak=sum(parts.values()), flops=int(flops), inputs=inputs,
                      notes=list(notes), analytical=dict(extra))  # fmt: skip
+
+
+def data_lengths(ws: Workspace, arch: ArchitectureConfig) -> tuple[int, int] | None:
+    """(longest training, longest validation) example in tokens with the campaign's own
+    tokenizer, capped at data.max_length; None when the architecture comes without one."""
+    if arch.tokenizer_dir is None:
+        return None
+    from tunepilot.model.base import ModelSource, load_tokenizer
+    from tunepilot.tasks import make_encoder
+
+    source = ModelSource(arch.tokenizer_dir, str(arch.tokenizer_dir), None, None, {}, "local")
+    tokenizer = load_tokenizer(source, ws.campaign.model.trust_remote_code)
+    prepared = ws.prepare(write=False, seal=False)
+    encoder = make_encoder(ws.campaign, tokenizer, prepared.label_names, ws.root)
+
+    def longest(split: str) -> int:
+        return max((len(encoder.encode(e).input_ids) for e in prepared.splits.get(split, [])),
+                   default=0)  # fmt: skip
+
+    train, validation = longest("train"), longest("validation")
+    if not train:
+        return None
+    return train, validation or train
