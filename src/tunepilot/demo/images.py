@@ -107,3 +107,45 @@ def _png_header_only(width: int, height: int) -> bytes:
     return (
         b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
     )
+
+
+QUICK_UPDATES = 12
+
+
+def write_image_campaign(folder: Path, quick: bool = False) -> Path:
+    """Write the digit folders (problems planted), a tiny ViT and campaign.yaml into `folder`.
+
+    The control adapts the ViT with LoRA on its attention projections and trains the new head
+    (`modules_to_save`); the variant fine-tunes every weight. The ViT is built from config, so
+    its weights are random: the comparison says which method learns the digits from scratch,
+    not how a pretrained backbone would transfer. `quick` keeps 30 digits per class and 12
+    updates per run: a smoke test of the wiring, not a result.
+    """
+    from tunepilot.campaign.templates import template_text
+    from tunepilot.model.tiny import build_tiny_vit
+
+    folder = Path(folder)
+    write_digit_folders(folder / "data" / "digits", per_class=30 if quick else None)
+    build_tiny_vit(folder / "base-model")
+    text = template_text("image_classification").replace("{DIR}", str(folder))
+    variant = (
+        "  lr-1e-3:\n"
+        '    explain: "Half the learning rate: is the control overshooting?"\n'
+        "    overrides: {training.lr: 1.0e-3}\n"
+    )
+    assert variant in text, "the image template's variant changed"
+    text = text.replace(
+        variant,
+        "  full-ft:\n"
+        '    explain: "Every weight trains: the backbone is built from config, not pretrained, '
+        'so low-rank updates on two projections may not be enough."\n'
+        "    overrides: {model.method: full}\n",
+    )
+    if quick:
+        text = text.replace("budget: {updates: 200}", f"budget: {{updates: {QUICK_UPDATES}}}")
+        text = text.replace("eval_every: 50", "eval_every: 6").replace(
+            "warmup_updates: 10", "warmup_updates: 0"
+        )
+    path = folder / "campaign.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -38,6 +38,7 @@ from tunepilot.verdict import Finding, Verdict
 
 HEADLINES = {
     "classification": ("macro_f1", "accuracy"),
+    "image_classification": ("macro_f1", "accuracy"),
     "extraction": ("field_token_f1_macro", "required_field_presence", "json_validity"),
     "format": ("token_f1", "exact_match"),
 }

@@ -80,8 +80,7 @@ def _recovered(state: PilotState, update: list[list[Any]]) -> tuple[int, int]:
             for mb in update:
                 cpu = collate(mb, state.kind, state.pad_id)
                 b = {k: v.to(state.device) for k, v in cpu.items()}
-                logits = state.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
-                logits = logits.logits
+                logits = state.model(**{k: v for k, v in b.items() if k != "labels"}).logits
                 if state.kind == "classification":
                     hit += int((logits.argmax(-1) == b["labels"]).sum())
                     total += len(mb)
@@ -104,8 +103,8 @@ def overfit_gate(state: PilotState) -> Outcome:
     subset = _subset(state)
     # Microbatches never hold more tokens than the configured one at the longest length, which
     # the first step proved: the subset's short examples usually fit in one.
-    proven = t.microbatch * max(len(e.input_ids) for e in state.encoded.train)
-    mb = max(1, min(len(subset), proven // max(len(e.input_ids) for e in subset)))
+    proven = t.microbatch * max(1, *(len(e.input_ids) for e in state.encoded.train))
+    mb = max(1, min(len(subset), proven // max(1, *(len(e.input_ids) for e in subset))))
     update = [subset[i : i + mb] for i in range(0, len(subset), mb)]
     lr = t.lr * OVERFIT_LR_FACTOR
     params = [p for p in state.model.parameters() if p.requires_grad]

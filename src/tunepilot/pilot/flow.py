@@ -252,10 +252,15 @@ def memory_grid(state: PilotState) -> tuple[list[tuple[int, int]], tuple[int, in
     """A few (microbatch, length) points around the configured shape, and the held-out one:
     the configured shape itself (microbatch 2 at max_length when the microbatch is 1)."""
     length = state.campaign.data.max_length
-    limit = getattr(getattr(state.model, "config", None), "max_position_embeddings", None)
+    config = getattr(state.model, "config", None)
+    limit = getattr(config, "max_position_embeddings", None)
     if isinstance(limit, int) and limit > 0:
         length = min(length, limit)
     mb = max(2, state.training.microbatch)
+    if state.campaign.hypothesis.task == "image_classification":  # the processor fixes the size
+        side = getattr(config, "image_size", 0) // max(1, getattr(config, "patch_size", 1))
+        length = side * side + 1  # patches + [CLS]: the sequence every image becomes
+        return [(m, length) for m in sorted({1, 2, 4, mb})], (mb, length)
     sizes = sorted({max(8, length // 4), max(8, length // 2), length})
     return [(m, n) for m in (1, mb) for n in sizes], (mb, length)
 
@@ -270,6 +275,8 @@ def _grid_step(state: PilotState) -> Any:
     optimizer = state.optimizer or make_optimizer(state.model, state.training)
 
     def step(microbatch: int, length: int) -> None:
+        if longest.pixel_values is not None:  # an image: its size is the processor's
+            return train_update(state, [[longest] * microbatch], optimizer, 0.0)
         ids = (longest.input_ids * (length // len(longest.input_ids) + 1))[:length]
         labels = longest.labels if state.kind == "classification" else ids
         example = Encoded(longest.example_id, ids, labels, 0, False, False, length)

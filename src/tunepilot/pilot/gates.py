@@ -139,6 +139,15 @@ def inspect_gate(state: PilotState) -> Outcome:
 
     per_class = 1 if state.kind == "classification" else 0
     train = state.prepared.splits["train"]
+    if state.campaign.hypothesis.task == "image_classification":
+        from tunepilot.data.images_show import samples_json, show_images
+        found, sheet = show_images(state.encoded.encoder, train, "train", state.ws.root,
+                                   state.folder, 0, 1)  # fmt: skip
+        text = json.dumps(samples_json(found), indent=2, ensure_ascii=False)
+        (state.folder / "samples.json").write_text(text, encoding="utf-8")
+        where = f"pilots/{state.pilot_id}/{sheet.name if sheet else 'samples.json'}"
+        return Outcome(Verdict.PASS, f"{len(found)} images (one per class), every transform "
+                       f"with its shape and value range, drawn to {where}: look at it first")
     samples = render_samples(state.encoded.encoder, state.ws.tokenizer, train, 3, per_class)
     text = json.dumps([asdict(s) for s in samples], indent=2, ensure_ascii=False)
     (state.folder / "samples.json").write_text(text, encoding="utf-8")
@@ -191,11 +200,11 @@ def update_audit_gate(state: PilotState) -> Outcome:
     ids = sampler.next_update().microbatches[0]
     cpu_batch = collate([data[i] for i in ids], kind, state.pad_id)
     batch = {k: v.to(state.device) for k, v in cpu_batch.items()}
-    state.shape = {"microbatch": len(ids), "length": int(batch["input_ids"].shape[1])}
-    state.shape["accumulation"] = 1
+    length = int(batch["input_ids"].shape[1]) if "input_ids" in batch else 0  # 0: pixels
+    state.shape = {"microbatch": len(ids), "length": length, "accumulation": 1}
 
     def batch_loss(model: Any) -> Any:
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
         return summed_loss(logits, batch["labels"], kind) / count_targets(batch, kind)
 
     findings = update_audit(state.model, batch_loss, lambda m: make_optimizer(m, t), updates=2)

@@ -25,6 +25,7 @@ from tunepilot.data.workspace import Workspace
 from tunepilot.report.examples import changed_examples
 from tunepilot.report.limits import observed_limits
 from tunepilot.report.per_class import per_class_series
+from tunepilot.report.pictures import data_pictures
 
 HEADLINES = {
     "classification": ("macro_f1", "accuracy"),
@@ -283,6 +284,7 @@ def _data(ws: Workspace, runs: list[dict[str, Any]], pilot: dict[str, Any]) -> d
     if isinstance(splits, dict):
         splits.pop("ids", None)  # thousands of ids: the file keeps them
         out["splits"] = splits
+    out["pictures"] = data_pictures(folder / version)  # contact sheet, near duplicates
     audit = read_json(folder / version / "audit.json")
     if isinstance(audit, dict):
         out["audit"] = {"findings": [f for f in audit.get("findings") or [] if isinstance(f, dict)],

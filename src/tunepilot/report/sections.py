@@ -26,9 +26,11 @@ from tunepilot.report.elements import (
     prose,
     table,
 )
+from tunepilot.report.pictures import pictures_html
 
 HEADLINES = {
     "classification": ("macro_f1", "accuracy"),
+    "image_classification": ("macro_f1", "accuracy"),
     "extraction": ("field_token_f1_macro", "json_validity"),
     "format": ("token_f1", "exact_match"),
 }
@@ -156,6 +158,7 @@ def data(d: dict[str, Any]) -> str:
             [[e(c.get("rule")), num(c.get("changed")), num(c.get("dropped")),
               id_list(c.get("example_ids"))] for c in cleaning],
         ) + "</details>"  # fmt: skip
+    html += pictures_html(x.get("pictures"))
     html += "<h3>Audit (D2-D8)</h3>"
     if x["audit"] is None:
         return html + missing(f"no audit.json for version {x['version']}", cmd["audit"])

@@ -68,9 +68,17 @@ def _augment_step(step: str | dict[str, float], rng: random.Random) -> tuple[str
         return f"{name} {value:g}", crop
     if name == "rotate":
         angle = rng.uniform(-value, value)
-        return f"rotate {angle:+.1f} deg", lambda im: im.rotate(
-            angle, resample=Image.Resampling.BILINEAR
-        )
+
+        def rotate(im: Any) -> Any:
+            # The uncovered corners take the border's most common colour, not black: black
+            # corners on a white scan are a feature no test image will have.
+            w, h = im.size
+            border = [im.getpixel((x, y)) for x in range(w) for y in (0, h - 1)]
+            border += [im.getpixel((x, y)) for y in range(h) for x in (0, w - 1)]
+            fill = max(set(border), key=border.count)
+            return im.rotate(angle, resample=Image.Resampling.BILINEAR, fillcolor=fill)
+
+        return f"rotate {angle:+.1f} deg", rotate
     factors = [rng.uniform(1 - value, 1 + value) for _ in range(3)]
 
     def jitter(im: Any) -> Any:
