@@ -3,6 +3,7 @@
 Importing this package must stay cheap: no torch, no transformers.
 """
 
+from tunepilot.campaign.hypothesis import ClassificationGuards, ExtractionGuards, Hypothesis
 from tunepilot.campaign.loading import (
     apply_overrides,
     campaign_root,
@@ -16,12 +17,9 @@ from tunepilot.campaign.schema import (
     Budget,
     Campaign,
     ChatSettings,
-    ClassificationGuards,
     DataSettings,
     Distributed,
-    ExtractionGuards,
     Fields,
-    Hypothesis,
     LoraSettings,
     ModelSettings,
     Rental,

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from tunepilot.campaign.bounds import Strict
 
 ChatRole = Literal["system", "user", "assistant"]
 
 
-class ChatSettings(BaseModel):
+class ChatSettings(Strict):
     """Conversations instead of text + target columns (H1 "a response format"): one row is one
     conversation, `messages: [{role, content}, ...]` as TRL, Axolotl and LLaMA-Factory take it,
     or ShareGPT's `conversations: [{from, value}, ...]` mapped by the keys below (the names are
     Axolotl's `chat_template` dataset keys). It is rendered with the tokenizer's own chat
     template and the loss falls on assistant turns only (D5)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)  # as every section
 
     field_messages: str = Field(
         default="messages", description="Column holding the list of turns (`conversations`)."

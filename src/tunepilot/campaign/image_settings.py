@@ -11,7 +11,9 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
+
+from tunepilot.campaign.bounds import Strict
 
 AUGMENTATIONS: dict[str, str] = {
     "hflip": "mirror left-right with probability 0.5",
@@ -55,10 +57,8 @@ def _check_augmentation(step: Any) -> str | dict[str, float]:
 Augmentation = Annotated[Any, AfterValidator(_check_augmentation)]
 
 
-class ImageSettings(BaseModel):
+class ImageSettings(Strict):
     """How image files become model inputs (image_classification only)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     augment: list[Augmentation] = Field(
         default_factory=list,

@@ -16,121 +16,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
-    TypeAdapter,
     field_validator,
     model_validator,
 )
 
+from tunepilot.campaign.bounds import Name, Seed, Seeds, Strict
 from tunepilot.campaign.chat import ChatSettings
+from tunepilot.campaign.hypothesis import (
+    CLASSIFICATION_TASKS,
+    Hypothesis,
+)
 from tunepilot.campaign.image_settings import ImageSettings
-
-TaskKind = Literal["classification", "extraction", "format", "image_classification"]
-CLASSIFICATION_TASKS = ("classification", "image_classification")
-
-
-class Strict(BaseModel):
-    """Base for every campaign section: unknown keys are errors, values are validated on set."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-
-# Names that become folder or file names (campaign, variants, and so run ids): one rule for all,
-# so no name can climb out of the campaign folder (`../../etc`) or hide as a dot-file.
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-Name = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=64,
-        pattern=NAME_PATTERN,
-        description="Letters, digits, `.`, `_`, `-`; starts with a letter or digit (it names "
-        "folders).",
-    ),
-]
-# A seed every generator accepts as is (NumPy's legacy seeding stops at 2**32 - 1).
-MAX_SEED = 2**32 - 1
-Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
-Fraction = Annotated[float, Field(ge=0, le=1)]
-
-
-def _seeds_once(seeds: list[int]) -> list[int]:
-    """A seed listed twice would train the same run twice and count it twice (V6)."""
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"{seeds} lists a seed twice; list each seed once")
-    return seeds
-
-
-# The seeds every variant runs: the campaign's `seeds` and `--seeds` share this one rule.
-Seeds = Annotated[list[Seed], Field(min_length=1), AfterValidator(_seeds_once)]
-
-
-# --------------------------------------------------------------------------------------------
-# hypothesis (H1, H2)
-# --------------------------------------------------------------------------------------------
-
-
-class ClassificationGuards(Strict):
-    """What must not degrade in classification: judged per class, never only on the mean (H2)."""
-
-    metric: Literal["f1", "precision", "recall"] = "f1"
-    per_class_floor: float | None = Field(
-        default=None, ge=0, le=1, description="Every class must reach at least this metric."
-    )
-    max_class_drop: float = Field(
-        default=0.05,
-        ge=0,
-        le=1,
-        description="No class may drop more than this vs the baseline (absolute metric).",
-    )
-    class_floors: dict[str, Fraction] = Field(
-        default_factory=dict, description="Per-class floors that override per_class_floor."
-    )
-
-
-class ExtractionGuards(Strict):
-    """What must not degrade in extraction or format tasks (H2)."""
-
-    json_validity_min: float = Field(default=0.95, ge=0, le=1)
-    schema_validity_min: float = Field(default=0.9, ge=0, le=1)
-    required_field_presence_min: float = Field(default=0.9, ge=0, le=1)
-
-
-class Hypothesis(Strict):
-    """The behaviour to improve, stated before any compute is spent (H1)."""
-
-    behaviour: str = Field(min_length=1, description="The behaviour to improve, in words.")
-    task: TaskKind
-    classification_guards: ClassificationGuards = Field(default_factory=ClassificationGuards)
-    extraction_guards: ExtractionGuards = Field(default_factory=ExtractionGuards)
-    required_fields: list[str] = Field(
-        default_factory=list, description="Extraction: fields the JSON answer must contain."
-    )
-    target_schema: dict[str, Any] | None = Field(
-        default=None,
-        description="Extraction: a JSON Schema the answer must match (draft from `$schema`, "
-        "2020-12 when absent).",
-    )
-
-    @field_validator("target_schema")
-    @classmethod
-    def _valid_json_schema(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The schema itself is checked against its draft now, not when an evaluation meets it."""
-        if schema is not None:
-            from tunepilot.campaign.answer_schema import schema_problem
-
-            problem = schema_problem(schema)
-            if problem:
-                raise ValueError(f"not a valid JSON Schema {problem}")
-        return schema
-
-    @property
-    def is_classification(self) -> bool:
-        """One label per example (text or image): the same head, loss, metrics and guards."""
-        return self.task in CLASSIFICATION_TASKS
-
 
 # --------------------------------------------------------------------------------------------
 # model (P1, P4)
@@ -448,9 +345,6 @@ class Campaign(Strict):
         """A short, stable hash of the resolved campaign (recorded with every run)."""
         # Trackers copy what a run records; they change nothing it computes.
         return stable_hash(self.model_dump(mode="json", exclude={"tracking"}))
-
-
-SEEDS = TypeAdapter(Seeds)
 
 
 def stable_hash(obj: Any, length: int = 16) -> str:

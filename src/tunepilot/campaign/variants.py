@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tunepilot.campaign.bounds import SEEDS
 from tunepilot.campaign.loading import apply_overrides, leaf_settings, validate_mapping
-from tunepilot.campaign.schema import SEEDS, Campaign
+from tunepilot.campaign.schema import Campaign
 from tunepilot.errors import InputError, Problem, input_error
 
 CONTROL = "control"

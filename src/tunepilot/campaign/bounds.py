@@ -1,0 +1,51 @@
+"""The rules every value of a campaign file is held to, once (STYLE: defaults and bounds live
+in the schema): unknown keys are errors, numbers are finite, names that become folder names
+cannot leave the campaign folder, seeds are ones every generator accepts.
+
+Every section of the schema derives from `Strict`; the types below are shared by the sections
+and by the command line (`--seeds` follows `Seeds`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class Strict(BaseModel):
+    """Base for every campaign section: unknown keys are errors, values are validated on set,
+    and no float is infinite or NaN (`.inf` is never a setting)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+# Names that become folder or file names (campaign, variants, and so run ids): one rule for all,
+# so no name can climb out of the campaign folder (`../../etc`) or hide as a dot-file.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+Name = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=NAME_PATTERN,
+        description="Letters, digits, `.`, `_`, `-`; starts with a letter or digit (it names "
+        "folders).",
+    ),
+]
+# A seed every generator accepts as is (NumPy's legacy seeding stops at 2**32 - 1).
+MAX_SEED = 2**32 - 1
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+def _seeds_once(seeds: list[int]) -> list[int]:
+    """A seed listed twice would train the same run twice and count it twice (V6)."""
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{seeds} lists a seed twice; list each seed once")
+    return seeds
+
+
+# The seeds every variant runs: the campaign's `seeds` and `--seeds` share this one rule.
+Seeds = Annotated[list[Seed], Field(min_length=1), AfterValidator(_seeds_once)]
+SEEDS = TypeAdapter(Seeds)
