@@ -75,6 +75,7 @@ def test_json_every_command_prints_exactly_one_json_document(tmp_path: Path, tin
         ("verify", [bundle], {0}),
         ("pilot", [c], {0, 1}),
         ("plan", [c], {0, 1}),
+        ("size", [c], {0, 1}),
         ("report", [c], {0}),
     ]
     assert {name for name, _, _ in steps} == commands_with_json()

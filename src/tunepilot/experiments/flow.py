@@ -115,6 +115,8 @@ def resume_any(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool
     """A run that trained with replicas resumes with the same strategy and world size."""
     from tunepilot.experiments.jobs import distributed_settings_of, resume_distributed
 
+    with _open_ledger(ws) as ledger:  # an unknown id (or a path) is refused before any file read
+        ledger.get_run(run_id)
     if distributed_settings_of(ws.runs_dir / run_id) is not None:
         return resume_distributed(ws, run_id, nproc, torchrun_args=torchrun_args or (),
                                   stop_after=stop_after)
