@@ -95,8 +95,9 @@ def test_h1_chat_campaign_runs_show_audit_pilot_run_export_verify(
     run_id = outcome["run_id"]
 
     export = cli("export", run_id, campaign, cwd=root)
-    assert export.returncode == 0, export.stdout + export.stderr
     bundle = root / "exports" / run_id
+    fails = json.loads((bundle / "metrics.json").read_text())["metrics"]["fails_guards"]
+    assert export.returncode == (1 if fails else 0), export.stdout + export.stderr
     controls = json.loads((bundle / "control.json").read_text())
     assert controls["inputs"][0]["prompt_text"].endswith("<|assistant|>\n")
     verify = cli("verify", bundle, "--json", cwd=root)
