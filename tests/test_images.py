@@ -192,3 +192,69 @@ def test_p2_image_lora_trains_the_new_head_and_losses_repeat_bit_for_bit(
     assert any("classifier" in name for name in report.extra_saved)
     metrics = session.evaluate(model, ws.campaign).metrics
     assert set(metrics["per_class"]) == {str(d) for d in range(10)}
+
+
+def test_p2_image_lora_without_the_head_in_modules_to_save_is_refused_naming_it(
+    campaign_dir,
+) -> None:
+    from tunepilot.experiments.runner import Session
+    from tunepilot.model.build import SetupFailure
+
+    ws = open_ws(campaign_dir, "model.lora.modules_to_save=[]")
+    with pytest.raises(SetupFailure) as err:
+        Session(ws).build_model(ws.campaign, seed=0)
+    assert "classifier" in err.value.finding.sentence
+    ws = open_ws(campaign_dir, "model.lora.target_modules=[query, v_proj]")
+    with pytest.raises(SetupFailure) as err:
+        Session(ws).build_model(ws.campaign, seed=0)
+    assert "['query']" in err.value.finding.sentence and "q_proj" in err.value.finding.sentence
+
+
+def test_s2_image_accumulation_2x4_equals_one_batch_of_8(campaign_dir) -> None:
+    from tunepilot.experiments.runner import Session
+    from tunepilot.train.batching import collate, count_targets
+    from tunepilot.train.loop import backward_update
+
+    ws = open_ws(campaign_dir, "model.method=full")
+    session = Session(ws)
+    examples = session.encoded(ws.campaign).train[:8]
+    grads = []
+    for split in ([examples[:4], examples[4:]], [examples]):
+        model = session.build_model(ws.campaign, seed=0)
+        model.eval()  # no dropout: the two shapes must see the same function
+        batches = [collate(mb, "classification", 0) for mb in split]
+        assert "pixel_values" in batches[0] and "input_ids" not in batches[0]
+        total = sum(count_targets(b, "classification") for b in batches)
+        backward_update(model, batches, "classification", total)
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grad, grads[1][name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_d3_data_show_json_lists_every_step_and_writes_the_contact_sheet(campaign_dir) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    cmd = [sys.executable, "-m", "tunepilot.cli", "data", "show",
+           str(campaign_dir / "campaign.yaml"), "data.images.augment=[vflip, {rotate: 10}]",
+           "--per-class", "1", "--json"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    samples = shown["samples"]
+    assert len(samples) == 10 and {s["label"] for s in samples} == {str(d) for d in range(10)}
+    steps = [s["name"].split(" (")[0].split(" +")[0].split(" -")[0] for s in samples[0]["stages"]]
+    assert steps == ["decoded", "vflip", "rotate", "processor resize", "processor rescale",
+                     "processor normalize"]  # fmt: skip
+    last = samples[0]["stages"][-1]
+    assert last["shape"] == [3, 32, 32] and -1.0 <= last["min"] < last["max"] <= 1.0
+    assert samples[0]["stored"] == {"size": [8, 8], "mode": "L", "format": "PNG",
+                                    "exif_orientation": 1}  # fmt: skip
+    sheet = Path(shown["contact_sheet"])
+    assert sheet.name == "contact_sheet.png" and sheet.parent.parent.name == "data"
+    from PIL import Image
+
+    with Image.open(sheet) as image:  # 10 rows of 7 cells (stored + 6 stages)
+        assert image.format == "PNG" and image.size[0] > 7 * 112 and image.size[1] > 10 * 112

@@ -79,3 +79,21 @@ def test_d3_the_contact_sheet_is_inline_in_the_dossier_and_chromium_draws_it(
     with_sheet = ink(screenshot(tmp_path, path, "with.png", 6000))
     without = ink(screenshot(tmp_path, bare, "without.png", 6000))
     assert with_sheet > without + 10_000, (with_sheet, without)  # the pictures drew pixels
+
+
+def test_s4_the_pilot_runs_every_gate_on_an_image_campaign(tmp_path: Path) -> None:
+    """Memory per phase, update audit, accumulation, overfit, resume in a new process and the
+    export replay all run on pixel batches; only the planted data problems FAIL."""
+    from tunepilot.data.workspace import Workspace
+    from tunepilot.demo.images import write_image_campaign
+    from tunepilot.pilot.flow import run_pilot
+
+    ws = Workspace.open(write_image_campaign(tmp_path, quick=True))
+    assert run_pilot(ws, as_json=True) == 1
+    (folder,) = ws.pilots_dir.iterdir()
+    rows = json.loads((folder / "gates.json").read_text())["rows"]
+    verdicts = {r["phase"]: r["verdict"] for r in rows}
+    assert verdicts.pop("data") == "FAIL"
+    assert set(verdicts.values()) == {"PASS"}, verdicts
+    assert (folder / "contact_sheet.png").is_file()
+    assert all(r.get("memory") for r in rows if r["phase"] != "environment")
