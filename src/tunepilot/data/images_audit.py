@@ -183,10 +183,6 @@ def check_extensions(good: list[ImageFacts]) -> Finding:
     return Finding(check, WARN, sentence, "D3", [f.example.id for f in wrong[:SHOWN]])
 
 
-def _split_rank(split: str) -> int:
-    return SPLITS.index(split)
-
-
 def check_exact_images(good: list[ImageFacts]) -> Finding:
     """D2: the same decoded pixels under two names; across splits it inflates the score."""
     check = "exact duplicate images"
@@ -218,21 +214,26 @@ def near_pairs(
 ) -> list[tuple[ImageFacts, ImageFacts, int, float]]:
     """Pairs in different splits whose perceptual hashes differ by at most
     `near_duplicate_bits` and whose thumbnails differ by at most `near_duplicate_pixel_diff`;
-    exact copies are left to check_exact_images."""
+    exact copies are left to check_exact_images. Hash distances are computed as whole
+    matrices (XOR + popcount), a block of rows at a time: 50,000 images stay seconds."""
     import numpy as np
 
+    by_split = {s: [f for f in good if f.split == s] for s in SPLITS}
     out = []
-    for i, a in enumerate(good):
-        for b in good[i + 1 :]:
-            if a.split == b.split or a.pixels == b.pixels:
+    for i, first in enumerate(SPLITS):
+        for second in SPLITS[i + 1 :]:
+            left, right = by_split[first], by_split[second]
+            if not left or not right:
                 continue
-            bits = (a.phash ^ b.phash).bit_count()
-            if bits > settings.near_duplicate_bits:
-                continue
-            diff = float(np.abs(a.thumb - b.thumb).mean())
-            if diff <= settings.near_duplicate_pixel_diff:
-                first, second = sorted((a, b), key=lambda f: _split_rank(f.split))
-                out.append((first, second, bits, diff))
+            a = np.array([f.phash for f in left], dtype=np.uint64)
+            b = np.array([f.phash for f in right], dtype=np.uint64)
+            for start in range(0, len(a), 1024):
+                bits = np.bitwise_count(a[start : start + 1024, None] ^ b[None, :])
+                for r, c in zip(*np.nonzero(bits <= settings.near_duplicate_bits), strict=True):
+                    x, y = left[start + int(r)], right[int(c)]
+                    diff = float(np.abs(x.thumb - y.thumb).mean())
+                    if x.pixels != y.pixels and diff <= settings.near_duplicate_pixel_diff:
+                        out.append((x, y, int(bits[r, c]), diff))
     return out
 
 
