@@ -13,10 +13,9 @@ inside the functions, so loading a campaign without a schema never pays for it.
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import Any
-
-from tunepilot.campaign.schema import stable_hash
 
 DEFAULT_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -107,20 +106,16 @@ def _unresolvable_ref(cls: Any, schema: dict[str, Any]) -> str | None:
 
 
 @lru_cache(maxsize=32)
-def _cached_validator(key: str, text: str) -> Any:
-    import json
-
+def _cached_validator(text: str) -> Any:
     schema = json.loads(text)
     cls = _validator_class(schema)
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
 def answer_validator(schema: dict[str, Any]) -> Any:
-    """A jsonschema validator for `schema` under its declared draft, with formats asserted."""
-    import json
-
-    text = json.dumps(schema, sort_keys=True)
-    return _cached_validator(stable_hash(schema), text)
+    """A jsonschema validator for `schema` under its declared draft, with formats asserted;
+    built once per schema (an evaluation checks every output against the same one)."""
+    return _cached_validator(json.dumps(schema, sort_keys=True))
 
 
 def schema_errors(value: Any, schema: dict[str, Any]) -> list[str]:
