@@ -285,6 +285,13 @@ def good_lines(cls_campaign: Path, n: int) -> list[bytes]:
     return (cls_campaign.parent / "data" / "tickets.jsonl").read_bytes().splitlines()[:n]
 
 
+def assert_json_error_only(stdout: str) -> None:
+    """With --json, stdout is one JSON document: the error and its problems, no findings."""
+    doc = json.loads(stdout)
+    assert doc["exit_code"] == 2 and doc["problems"]
+    assert not {"findings", "samples", "version"} & set(doc)
+
+
 def test_d1_malformed_json_lines_exit_2_naming_every_file_line(tmp_path, cls_campaign):
     lines = good_lines(cls_campaign, 4)
     lines.insert(2, b'{"id": "bad-3", "text": , "queue": "billing"}')  # line 3
@@ -292,7 +299,7 @@ def test_d1_malformed_json_lines_exit_2_naming_every_file_line(tmp_path, cls_cam
     campaign, data_file = broken_campaign(tmp_path, cls_campaign, b"\n".join(lines) + b"\n")
     result = cli("data", "audit", campaign, "--json")
     assert result.returncode == 2, (result.stdout, result.stderr)
-    assert result.stdout == ""  # a --json reader gets no half answer
+    assert_json_error_only(result.stdout)  # a --json reader gets no half answer
     assert f"{data_file}:3: not valid JSON" in result.stderr
     assert f"{data_file}:5: not valid JSON" in result.stderr  # every problem at once
     assert ":1:" not in result.stderr and ":2:" not in result.stderr
@@ -306,7 +313,7 @@ def test_d1_non_utf8_byte_exits_2_naming_file_line_and_byte(tmp_path, cls_campai
     campaign, data_file = broken_campaign(tmp_path, cls_campaign, b"\n".join(lines) + b"\n")
     result = cli("data", "show", campaign, "--json")
     assert result.returncode == 2, (result.stdout, result.stderr)
-    assert result.stdout == ""
+    assert_json_error_only(result.stdout)
     assert f"{data_file}:4: not UTF-8: byte 0xe9" in result.stderr
     assert "iconv" in result.stderr
 
