@@ -1,4 +1,5 @@
-"""The rental plan (L3) on hand-made timings: package choice, margin, cuts, several GPUs."""
+"""The rental plan (L3) on hand-made timings: package choice, margin, cuts, several GPUs, and
+the one sentence that says where the seconds come from."""
 
 from __future__ import annotations
 
@@ -6,43 +7,27 @@ import pytest
 
 from tunepilot.errors import InputError
 from tunepilot.sizing.rental import plan_markdown, plan_rental
+from tunepilot.sizing.timing import PhaseSeconds
 
 
-def _plan(**overrides):
-    args = dict(
-        step_seconds_measured=2.0,
-        measured_on="A100 40GB",
-        target_speed_ratio=1.0,
-        updates_per_run=2000,
-        n_variants=2,
-        n_seeds=3,
-        eval_seconds_per_eval=120.0,
-        evals_per_run=4,
-        checkpoint_seconds=30.0,
-        export_seconds=600.0,
-        resume_rehearsal_seconds=900.0,
-    )
+def _seconds(update: float = 2.0, eval_pass: float = 120.0, checkpoint: float = 30.0,
+             resume: float = 900.0, export: float = 600.0, measured: bool = True) -> PhaseSeconds:
+    basis = "measured by pilot p-1 on the A100 40GB" if measured else "computed, not measured"
+    return PhaseSeconds("A100 40GB", update, eval_pass, checkpoint, resume, export, measured,
+                        basis)  # fmt: skip
+
+
+def _plan(seconds: PhaseSeconds | None = None, **overrides):
+    args = dict(updates_per_run=2000, n_variants=2, n_seeds=3, evals_per_run=4)
     args.update(overrides)
-    return plan_rental(**args)
+    return plan_rental(seconds or _seconds(), **args)
 
 
 def _boundary(updates: int, **overrides):
     """Training time only (1 s per update, nothing else) so hours = updates / 3600 exactly."""
-    args = dict(
-        step_seconds_measured=1.0,
-        measured_on="H100 80GB",
-        target_speed_ratio=1.0,
-        updates_per_run=updates,
-        n_variants=0,
-        n_seeds=1,
-        eval_seconds_per_eval=0.0,
-        evals_per_run=0,
-        checkpoint_seconds=0.0,
-        export_seconds=0.0,
-        resume_rehearsal_seconds=0.0,
-    )
+    args = dict(updates_per_run=updates, n_variants=0, n_seeds=1, evals_per_run=0)
     args.update(overrides)
-    return plan_rental(**args)
+    return plan_rental(_seconds(1.0, 0.0, 0.0, 0.0, 0.0), **args)
 
 
 def test_l3_small_campaign_fits_the_3_day_package() -> None:
@@ -64,7 +49,7 @@ def test_l3_small_campaign_fits_the_3_day_package() -> None:
     assert plan.total_hours == pytest.approx(sum(hours.values()))
     assert plan.chosen is not None and plan.chosen.days == 3
     assert plan.chosen.price == 450.0 and "450.00 for 3 days" in plan.sentence
-    assert not plan.estimate and "ESTIMATE" not in plan_markdown(plan)
+    assert plan.measured and "(measured)" in plan.sentence
 
 
 def test_l3_bigger_campaign_needs_the_7_day_package() -> None:
@@ -129,27 +114,21 @@ def test_l3_several_gpus_run_variants_side_by_side_and_shorten_the_experiment() 
     assert "side by side" in next(p.sentence for p in four.phases if p.name == "experiment")
 
 
-def test_l3_times_scaled_from_another_card_are_labelled_estimates() -> None:
-    plan = _plan(target_speed_ratio=2.2, target="H100 80GB")
-    same = _plan()
-    assert plan.estimate and not same.estimate
-    assert plan.workload.seconds_per_update == pytest.approx(2.0 / 2.2)
-    assert plan.basis.startswith("ESTIMATE") and "H100 80GB" in plan.basis
-    assert "estimated hours" in plan.sentence
-    md = plan_markdown(plan)
-    assert "ESTIMATE" in md and "hours (estimate)" in md
-    # I/O-bound phases are taken as measured.
-    assert {p.name: p.hours for p in plan.phases}["export"] == pytest.approx(600 / 3600)
-
-
-def test_l3_accumulation_steps_make_one_update() -> None:
-    timed_per_microbatch = _plan(step_seconds_measured=0.25, steps_per_update=8)
-    assert timed_per_microbatch.workload.seconds_per_update == pytest.approx(2.0)
-    assert timed_per_microbatch.total_hours == pytest.approx(_plan().total_hours)
+def test_item5_a_plan_carries_one_basis_sentence_and_labels_computed_hours() -> None:
+    computed = _plan(_seconds(measured=False))
+    md = plan_markdown(computed)
+    assert md.count("Basis:") == 1 and "computed, not measured" in md
+    assert "NOT scaled" not in md and "scaled x" not in md
+    assert "hours (computed)" in md and "(computed)" in computed.sentence
+    measured = plan_markdown(_plan())
+    assert measured.count("Basis:") == 1 and "hours (measured)" in measured
+    assert "computed" not in measured
 
 
 def test_l3_bad_inputs_are_reported_together() -> None:
     with pytest.raises(InputError) as err:
-        _plan(step_seconds_measured=0, n_seeds=0, margin=1.5, gpus_in_package=0)
+        _plan(_seconds(update=0.0), n_seeds=0, margin=1.5, gpus_in_package=0)
     where = {p.where for p in err.value.problems}
-    assert where == {"plan.step_seconds", "plan.n_seeds", "rental.margin", "plan.gpus_in_package"}
+    assert where == {
+        "plan.seconds per update", "plan.n_seeds", "rental.margin", "plan.gpus_in_package"
+    }

@@ -66,7 +66,7 @@ def plan(
 
     Example: tunepilot plan campaign.yaml --gpu "H100 80GB" --catalog my-prices.yaml
     """
-    from tunepilot.pilot.flow import run_plan
+    from tunepilot.pilot.plan import run_plan
 
     run_body(lambda: run_plan(open_workspace(args), gpu=gpu, as_json=as_json, catalog=catalog))
 

@@ -65,7 +65,8 @@ def run_chain(campaign_path: Path) -> int:
     from tunepilot.deliver.verify import verify_command
     from tunepilot.experiments import flow as run_flow
     from tunepilot.experiments.compare import compare_campaign, compare_command
-    from tunepilot.pilot.flow import run_pilot, run_plan
+    from tunepilot.pilot.flow import run_pilot
+    from tunepilot.pilot.plan import run_plan
     from tunepilot.report.flow import write_report
 
     ws = Workspace.open(campaign_path)

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tunepilot.pilot.gates import make_optimizer, train_update
 from tunepilot.pilot.phases import Outcome, PilotState, worst_verdict
+from tunepilot.pilot.update import make_optimizer, train_update
 from tunepilot.verdict import Verdict
 
 RESUME_UPDATES = 4  # the parent's run; the child resumes from update RESUME_UPDATES // 2

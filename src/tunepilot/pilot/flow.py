@@ -11,9 +11,8 @@ the one memory probe, and writes `pilots/<pilot-id>/`:
 The pilot keeps its measurements, not its weights: the checkpoint, resume and export folders
 it wrote are deleted once measured (their manifests and metrics stay in gates.json).
 
-`run_plan` re-reads the latest pilot's measurements (step, evaluation, checkpoint, resume and
-export times) and measures a fresh memory grid, so the plan can be redone for another card
-(`--gpu`) or catalog (`--catalog`) without rerunning every gate.
+The plan in them is `plan.build_plan`'s, the same as `tunepilot plan` prints (pilot/plan.py):
+a dry run per card, hours from FLOPs unless this pilot ran on the card.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from typing import Any
 
 from tunepilot.campaign import stable_hash
 from tunepilot.data.workspace import Workspace
-from tunepilot.errors import input_error
 from tunepilot.measure.memory import MemoryProbe
 from tunepilot.pilot.child import export_gate, overfit_gate, resume_gate
 from tunepilot.pilot.gates import (
@@ -44,7 +42,7 @@ from tunepilot.pilot.gates import (
     update_audit_gate,
 )
 from tunepilot.pilot.phases import Gate, GateRow, PilotHooks, PilotState, gate_table, run_gate
-from tunepilot.pilot.stale import environment_gate, measured_card
+from tunepilot.pilot.stale import environment_gate
 from tunepilot.verdict import Verdict
 
 GATES = (
@@ -62,7 +60,6 @@ GATES = (
     Gate(12, "resume", "R1", resume_gate, ("load",)),
     Gate(13, "export", "R2, P4", export_gate, ("load",)),
 )
-STACK_GATES = ("environment", "first step", "steady step")  # L2: what "the stack passed" means
 _HEAVY = ("checkpoint", "export", "resume/parent/checkpoints", "resume/child/checkpoints")
 
 
@@ -202,49 +199,7 @@ def write_json(path: Path, payload: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# tunepilot plan
-# ---------------------------------------------------------------------------------------------
-
-
-def latest_pilot(ws: Workspace) -> Path:
-    """The newest pilot folder with a gates.json, or an InputError saying to run the pilot."""
-    found = sorted(p for p in ws.pilots_dir.glob("p-*") if (p / "gates.json").is_file())
-    if not found:
-        fix = f"run `tunepilot pilot {ws.campaign_file}` first"
-        raise input_error(str(ws.pilots_dir), "no pilot has run for this campaign", fix, "no pilot")
-    return found[-1]
-
-
-def run_plan(ws: Workspace, *, gpu: str | None, as_json: bool, catalog: Path | None = None) -> int:
-    """`tunepilot plan`: the selection sheet (L1) and rental plan (L3) from the latest pilot's
-    measurements and a freshly measured memory grid; rewrites its sizing.json and plan.md."""
-    from tunepilot.console import console, print_json
-    from tunepilot.experiments.runner import Session
-    from tunepilot.model.params import trainable_report
-
-    folder = latest_pilot(ws)
-    payload = json.loads((folder / "gates.json").read_text(encoding="utf-8"))
-    if payload.get("measured_config_hash") != measured_config_hash(ws):
-        raise input_error(str(ws.campaign_file),
-                          f"the model, data or training settings changed since pilot "
-                          f"{folder.name}: its measurements do not hold for this configuration",
-                          f"rerun `tunepilot pilot {ws.campaign_file}`", "stale pilot")  # fmt: skip
-    state = new_state(ws, folder.name, folder, tensors=False, hooks=None)
-    state.session = Session(ws)
-    state.encoded = state.session.encoded(state.campaign)
-    state.prepared = state.encoded.prepared
-    state.model = state.session.build_model(state.campaign, state.seed).to(state.device)
-    state.report = trainable_report(state.model)
-    sizing = write_sizing(state, payload, gpu=gpu or ws.campaign.rental.gpu, catalog=catalog)
-    if as_json:
-        print_json(sizing)
-    else:
-        console.print((folder / "plan.md").read_text(encoding="utf-8"), markup=False)
-    return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# sizing.json and plan.md (L1, L2, L3, S7)
+# sizing.json and plan.md (S1, S5, S7, L1, L2, L3)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -268,7 +223,7 @@ def memory_grid(state: PilotState) -> tuple[list[tuple[int, int]], tuple[int, in
 def _grid_step(state: PilotState) -> Any:
     """One real update (lr 0: Adam's state moves, the weights do not) on `microbatch` copies of
     the longest training example tiled to `length` tokens; only the shape matters here."""
-    from tunepilot.pilot.gates import make_optimizer, train_update
+    from tunepilot.pilot.update import make_optimizer, train_update
     from tunepilot.tasks.base import Encoded
 
     longest = max(state.encoded.train, key=lambda e: len(e.input_ids))
@@ -288,20 +243,16 @@ def _grid_step(state: PilotState) -> Any:
 def write_sizing(
     state: PilotState, payload: dict[str, Any], *, gpu: str | None, catalog: Path | None
 ) -> dict[str, Any]:
-    """Measure the memory grid, build the selection sheet and the rental plan, write
-    sizing.json and plan.md into the pilot folder; returns what sizing.json holds."""
-    from tunepilot.sizing.catalog import load_catalog
+    """What this machine measured (updates arithmetic, memory grid and its held-out check),
+    then the per-card sheet and rental plan (`plan.build_plan`); writes sizing.json and plan.md
+    into the pilot folder and returns what sizing.json holds."""
+    from tunepilot.errors import InputError
+    from tunepilot.pilot.plan import build_plan
     from tunepilot.sizing.sheet import updates_sheet
 
-    cards = load_catalog(catalog)
     t, c = state.training, state.campaign
-    card = cards.card(gpu) if gpu else None
-    env = payload.get("env") or {}
     replicas = t.distributed.nproc if t.distributed.strategy != "none" else 1
-    out: dict[str, Any] = {
-        "pilot_id": state.pilot_id, "measured_on": measured_card(env, cards),
-        "target": card.name if card else None, "backend": (env.get("torch") or {}).get("backend"),
-    }  # fmt: skip
+    out: dict[str, Any] = {"pilot_id": state.pilot_id}
     lines = [f"# Sizing and rental plan for {c.name} (pilot {state.pilot_id})", ""]
     if state.encoded is not None:
         out["updates"] = updates_sheet(len(state.encoded.train), t.microbatch, t.accumulation,
@@ -312,95 +263,42 @@ def write_sizing(
         held = f"held fixed: {out['updates']['held']}; follows: {out['updates']['follows']}"
         lines += ["## Updates (S7)", "", out["updates"]["rule"], "", f"Here: {shown}; {held}.", ""]
     if state.model is None or state.encoded is None or state.report is None:
-        out["sentence"] = "not sized: the model did not load in the pilot (see the load gate)"
+        out["memory"] = "not measured: the model did not load in the pilot (see the load gate)"
     else:
-        lines += _memory_section(state, payload, out, cards, card, replicas)
-    lines += _plan_section(state, payload, out, cards, card)
+        lines += _memory_section(state, out)
+    try:
+        planned, plan_lines = build_plan(state.ws, gpu=gpu, catalog=catalog, pilot=payload)
+    except InputError as exc:
+        out["sentence"] = f"not planned: {exc}"
+        plan_lines = [f"**Not planned:** {exc}", ""]
+    else:
+        out.update(planned)
+    lines += plan_lines
     write_json(state.folder / "sizing.json", out)
     (state.folder / "plan.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return _json_safe(out)
 
 
-def _memory_section(state: PilotState, payload: dict[str, Any], out: dict[str, Any],
-                    cards: Any, card: Any, replicas: int) -> list[str]:  # fmt: skip
-    """Memory grid -> fitted model with its held-out error -> selection sheet (S1, L1, L2)."""
+def _memory_section(state: PilotState, out: dict[str, Any]) -> list[str]:
+    """Memory grid -> fitted model -> its held-out check, judged on the activation part (S1,
+    S5). What this machine's counter saw; the per-card numbers come from the dry run."""
     from tunepilot.measure.memory import is_out_of_memory
-    from tunepilot.sizing.sheet import (
+    from tunepilot.sizing.memory_model import (
         fit_memory_model,
         holdout_error,
         measure_memory_grid,
-        selection_sheet,
     )
 
-    t, c = state.training, state.campaign
     grid, holdout = memory_grid(state)
     try:
         points = measure_memory_grid(_grid_step(state), grid, state.probe)
     except Exception as exc:
         if not is_out_of_memory(exc):
             raise
-        out["sentence"] = f"not sized: the memory grid ran out of memory ({str(exc)[:200]})"
-        return [f"**Not sized:** {out['sentence']}", ""]
+        out["memory"] = f"not measured: the memory grid ran out of memory ({str(exc)[:200]})"
+        return [f"**Memory not measured:** {out['memory']}", ""]
     fitted, check = fit_memory_model(points), holdout_error(points, holdout=holdout)
-    rows = {r["phase"]: r["verdict"] for r in payload["rows"]}
-    stack_ok = all(rows.get(g) in ("PASS", "WARN") for g in STACK_GATES)
-    guards = c.hypothesis.classification_guards
-    expected = c.hypothesis.behaviour + (
-        f" ({guards.metric} per class; no class may drop more than {guards.max_class_drop})"
-        if state.kind == "classification" else ""
-    )  # fmt: skip
-    sheet = selection_sheet(
-        n_params_total=state.report.total_params, n_trainable=state.report.trainable_params,
-        memory_model=fitted, microbatch=t.microbatch, max_length=holdout[1],
-        accumulation=t.accumulation, precision=t.precision, expected_result=expected,
-        cards=cards.cards, stack_checked=stack_ok, checked_backend=out["backend"],
-        strategy=t.distributed.strategy, world_size=replicas,
-        activation_checkpointing=t.activation_checkpointing, measured_precision=t.precision,
-        gpu=card.name if card else None, measured_on=out["measured_on"],
-    )  # fmt: skip
-    out.update(memory_grid=points, memory_model=fitted.to_json(), sheet=sheet,
-               holdout={**check.__dict__, "verdict": str(check.verdict)})  # fmt: skip
-    head = "| configuration | examples/update | peak per GPU | fit |\n|---|---:|---:|---|"
-    lines = ["## Memory (S1, S5)", "", fitted.sentence(), "", f"Held-out check: {check.sentence}.",
-             "", sheet["static_bytes"]["sentence"], "", "## Selection sheet (L1, L2)", "",
-             f"**{sheet['recommendation_sentence']}**", "", head]  # fmt: skip
-    for row in sheet["rows"]:
-        fits = {card.name: row["fits"][card.name]} if card else row["fits"]
-        said = [f"{n}: {f['verdict']} ({f['sentence'].split(' (per GPU')[0]})"
-                for n, f in fits.items() if card or f["verdict"] == "PASS"][:2]  # fmt: skip
-        peak = row["peak_bytes_per_gpu"] / 2**30
-        lines.append(f"| {row['label']} | {row['examples_per_update']} | {peak:.2f} GiB | "
-                     f"{'; '.join(said) or 'fits no card'} |")  # fmt: skip
-    return lines + ["", "Assumptions: " + "; ".join(sheet["assumptions"]) + ".", ""]
-
-
-def _plan_section(state: PilotState, payload: dict[str, Any], out: dict[str, Any], cards: Any,
-                  card: Any) -> list[str]:  # fmt: skip
-    """Hours per phase and the package (L3), from the pilot's measured times."""
-    from tunepilot.sizing.catalog import speed_ratio
-    from tunepilot.sizing.rental import plan_markdown, plan_rental
-
-    t, c, m = state.training, state.campaign, payload.get("measurements") or {}
-    needed = ("step_seconds", "eval_seconds", "checkpoint_seconds")
-    if not all(k in m for k in needed) or "updates" not in out:
-        out.setdefault("sentence", "no rental plan: the pilot did not measure the step, "
-                       "evaluation and checkpoint times (see the FAILed gates)")  # fmt: skip
-        return [f"**No rental plan:** {out['sentence']}"]
-    total, measured_on, ratio, note = out["updates"]["total_updates"], out["measured_on"], 1.0, ""
-    if card is not None and measured_on in {x.name for x in cards.cards}:
-        ratio, _ = speed_ratio(cards, measured_on, card.name)
-    elif card is not None:
-        note = (f"The step time was measured on {measured_on} and is NOT scaled to {card.name}: "
-                "the hours below are this machine's, an upper bound for any GPU; rerun "
-                "`tunepilot pilot` on the card for a real plan.")  # fmt: skip
-    plan = plan_rental(
-        m["step_seconds"], measured_on, ratio, total, len(c.variants), len(c.seeds),
-        m["eval_seconds"], math.ceil(total / t.eval_every), m["checkpoint_seconds"],
-        m.get("export_seconds", 0.0), m.get("resume_seconds", 0.0),
-        gpus_in_package=card.gpus if card else c.rental.gpus, margin=c.rental.margin,
-        prices=card.prices if card else None, target=card.name if card else None,
-        checkpoints_per_run=math.ceil(total / t.checkpoint_every) if t.checkpoint_every else 1,
-        packages=tuple(sorted(c.rental.packages_days)),
-    )  # fmt: skip
-    out.update(plan=plan.to_json(), sentence=plan.sentence)
-    return [note, "", plan_markdown(plan).replace("# Rental plan", "## Rental plan")]
+    out.update(memory_grid=points, memory_model=fitted.to_json(), holdout=check.to_json())
+    verdict = out["holdout"]["verdict"]
+    return ["## Memory measured on this machine (S1, S5)", "", fitted.sentence(), "",
+            f"Held-out check: {verdict}: {check.sentence}.", ""]  # fmt: skip

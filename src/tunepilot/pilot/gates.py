@@ -3,9 +3,9 @@ step, accumulation, evaluation at the longest sequences, checkpoint save (D3, D4
 S1, S2, S4).
 
 Each gate is a plain function of the shared `PilotState` that returns an `Outcome`; the runner
-in phases.py measures it with the one memory probe and turns it into a row. The step gates use
-the loop's own pieces (`collate`, `count_targets`, `backward_update`, `autocast_and_scaler`)
-so what the pilot proves is what training runs, never a re-implementation.
+in phases.py measures it with the one memory probe and turns it into a row. The step gates run
+`update.train_update`, built from the loop's own pieces, so what the pilot proves is what
+training runs, never a re-implementation.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from tunepilot.pilot.phases import Outcome, PilotState, synchronize, worst_verdict
+from tunepilot.pilot.update import longest_microbatches, machine_load, make_optimizer, train_update
 from tunepilot.verdict import Verdict
 
 STEADY_STEPS = 3
@@ -28,76 +29,6 @@ ACCUMULATION_RTOL = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2}
 """Largest gradient difference allowed between microbatch x accumulation and one batch of the
 same examples, relative to the largest gradient: float summation order (and padding width)
 differ between the two; half-precision autocast rounds far more."""
-
-
-# ---------------------------------------------------------------------------------------------
-# one update, exactly as the loop builds it (S2)
-# ---------------------------------------------------------------------------------------------
-
-
-def make_optimizer(model: Any, settings: Any, lr: float | None = None) -> Any:
-    """AdamW over the trainable parameters, as `train.loop.train` builds it."""
-    from tunepilot.train.optimizer import build_optimizer
-
-    return build_optimizer(model, settings, lr)
-
-
-def longest_microbatches(data: list[Any], microbatch: int, accumulation: int) -> list[list[Any]]:
-    """One update of the longest examples: `accumulation` microbatches of `microbatch`, the
-    longest first, repeating the longest when the data has fewer examples than an update."""
-    ordered = sorted(data, key=lambda e: len(e.input_ids), reverse=True)
-    need = microbatch * accumulation
-    picked = [ordered[i % len(ordered)] for i in range(need)]
-    return [picked[i : i + microbatch] for i in range(0, need, microbatch)]
-
-
-def train_update(
-    state: PilotState,
-    microbatches: list[list[Any]],
-    optimizer: Any,
-    lr: float,
-    *,
-    step: bool = True,
-    keep_grads: bool = False,
-) -> tuple[float, float]:
-    """Forward + backward every microbatch with the loop's own normalisation, then clip and
-    step like the loop (an update with a non-finite loss is not applied). Returns (loss, norm).
-    `keep_grads` leaves the raw, unclipped gradients in `.grad` and steps nothing.
-
-    The shape is recorded in `state.shape` first, so an out-of-memory error names it (S6).
-    """
-    import torch
-
-    from tunepilot.train.batching import collate, count_targets
-    from tunepilot.train.loop import backward_update
-    from tunepilot.train.precision import autocast_and_scaler
-
-    kind, device, model = state.kind, state.device, state.model
-    state.shape = {
-        "microbatch": max(len(mb) for mb in microbatches),
-        "length": max(len(e.input_ids) for mb in microbatches for e in mb),
-        "accumulation": len(microbatches),
-    }
-    autocast, _ = autocast_and_scaler(state.training.precision, device)
-    batches = [
-        {k: v.to(device) for k, v in collate(mb, kind, state.pad_id).items()} for mb in microbatches
-    ]
-    if state.hooks.before_forward is not None:
-        state.hooks.before_forward(state.phase)
-    targets = sum(count_targets(b, kind) for b in batches)
-    loss = float(backward_update(model, batches, kind, targets, autocast=autocast)) / targets
-    if keep_grads:
-        synchronize(device)
-        return loss, math.nan
-    params = [p for p in model.parameters() if p.requires_grad]
-    norm = float(torch.nn.utils.clip_grad_norm_(params, state.training.max_grad_norm or math.inf))
-    if step and math.isfinite(loss) and math.isfinite(norm):
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    synchronize(device)
-    return loss, norm
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,11 +180,13 @@ def steady_step_gate(state: PilotState) -> Outcome:
     update = longest_microbatches(state.encoded.train, t.microbatch, t.accumulation)
     losses: list[float] = []
     seconds: list[float] = []
+    cpu_seconds: list[float] = []
     for _ in range(STEADY_STEPS):
         synchronize(state.device)
-        tick = time.perf_counter()
+        tick, cpu_tick = time.perf_counter(), time.process_time()
         loss, _ = train_update(state, update, state.optimizer, t.lr)
         seconds.append(time.perf_counter() - tick)
+        cpu_seconds.append(time.process_time() - cpu_tick)
         losses.append(loss)
         if not math.isfinite(loss):
             return Outcome(Verdict.FAIL, f"update {state.updates_done + 1} gave loss {loss} at lr "
@@ -261,8 +194,10 @@ def steady_step_gate(state: PilotState) -> Outcome:
                            {"losses": losses}, dict(state.shape))  # fmt: skip
         state.updates_done += 1
     median = statistics.median(seconds)
-    state.measurements.update(step_seconds=median, step_shape=dict(state.shape))
-    details = {"losses": losses, "seconds": seconds, "median_seconds": median}
+    load = machine_load(state.device, statistics.median(cpu_seconds))
+    state.measurements.update(step_seconds=median, step_shape=dict(state.shape), **load)
+    details = {"losses": losses, "seconds": seconds, "median_seconds": median,
+               "cpu_seconds": cpu_seconds}  # fmt: skip
     first = state.measurements.get("first_loss")
     if first is not None and max(losses) > DIVERGING * first:
         return Outcome(Verdict.FAIL, f"the loss rose from {first:.4g} to {max(losses):.4g} within "
@@ -381,7 +316,8 @@ def checkpoint_gate(state: PilotState) -> Outcome:
     for _ in range(state.updates_done):
         sampler.next_update()
     plan = plan_from_settings(len(data), t, 1).to_json()
-    extra = {"seed": t.seed, "examples_seen": 0, "elapsed_seconds": 0.0, "grad_scaler": None,
+    scaler = state.scaler.state_dict() if state.scaler is not None else None
+    extra = {"seed": t.seed, "examples_seen": 0, "elapsed_seconds": 0.0, "grad_scaler": scaler,
              "plan": plan, **run_identity(t, data)}  # fmt: skip
     tick = time.perf_counter()
     folder = save_checkpoint(state.folder / "checkpoint", state.updates_done, state.model,

@@ -108,6 +108,7 @@ class PilotState:
     model: Any = None
     report: Any = None  # params.TrainableReport
     optimizer: Any = None
+    scaler: Any = None  # fp16 GradScaler, kept across the pilot's updates as the loop keeps it
     updates_done: int = 0
     eval_metrics: dict[str, Any] = field(default_factory=dict)
     trained_model: Any = None  # the resume gate's model, trained through the real loop

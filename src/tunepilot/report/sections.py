@@ -247,23 +247,20 @@ def pilot(d: dict[str, Any]) -> str:
     if not isinstance(s, dict):
         html += missing("no sizing.json in the pilot folder", cmd["plan"])
     else:
-        sheet = s.get("sheet") or {}
-        items = [("measured on", e(s.get("measured_on"))),
+        items = [("measured on", e(s.get("measured_on") or "cpu")),
                  ("target card", e(s.get("target") or "none set")),
                  ("examples per update", e((s.get("updates") or {}).get("sentence"))),
                  ("memory model", e((s.get("memory_model") or {}).get("sentence"))),
                  ("held-out check", f"{badge((s.get('holdout') or {}).get('verdict'))} "
                                     f"{e((s.get('holdout') or {}).get('sentence'))}"),
-                 ("before activations", e((sheet.get("static_bytes") or {}).get("sentence"))),
+                 ("recommendation", e(s.get("recommendation_sentence"))),
                  ("plan", e(s.get("sentence")))]  # fmt: skip
         html += dl([(k, v) for k, v in items if v and v != "–"])
     md = p.get("plan_md")
     parts = md_sections(md or "")
-    sheet_md = next((v for k, v in parts.items() if k.startswith("Selection sheet")), "")
-    if sheet_md:  # the sheet as the pilot wrote it: recommendation, rows, assumptions
+    sheet_md = next((v for k, v in parts.items() if k.startswith("Per-card sheet")), "")
+    if sheet_md:  # the sheet as the plan wrote it: phases, a row per card, S3, assumptions
         html += markdown(sheet_md)
-    elif isinstance(s, dict) and (s.get("sheet") or {}).get("recommendation_sentence"):
-        html += f"<p><strong>{e(s['sheet']['recommendation_sentence'])}</strong></p>"
     html += "<h3>Rental plan (L3)</h3>"
     if not md:
         return html + missing("no plan.md in the pilot folder", cmd["plan"])

@@ -1,9 +1,11 @@
-"""The GPU catalog (L1, L3): cards a user may rent, their memory, backend, speed and prices.
+"""The GPU catalog (L1, L3): cards a user may rent, their memory, backend, public peak
+throughput per precision, memory bandwidth and prices.
 
-The shipped file (`tunepilot/sizing/gpus.yaml`) lists common cards with prices left empty:
-only the user knows what their provider charges, and a made-up price would make the plan's
-cost look like a fact. Relative speeds are labelled assumptions for the same reason; the
-plan uses them only to scale a step time measured on one card to another and says so.
+The shipped file (`tunepilot/sizing/gpus.yaml`) lists common cards with the vendor's dense
+peak TFLOPS and the datasheet each figure comes from. Prices are left empty: only the user
+knows what their provider charges, and a made-up price would make the plan's cost look like a
+fact. The one number that is not public is the share of the peak a fine-tuning step reaches
+(`assumed_mfu`); the plan labels every hour computed with it as an assumption.
 
 A user passes their own file with the same shape; unknown keys are errors that name the key
 path and line, like the campaign file (STYLE practice 5).
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from tunepilot.campaign.loading import key_lines
 from tunepilot.errors import InputError, Problem, input_error
@@ -25,23 +27,62 @@ from tunepilot.measure.memory import human_bytes
 from tunepilot.verdict import Verdict
 
 GIB = 1024**3
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "int8"]
 
 
 class GpuCard(BaseModel):
-    """One card as rented: memory per GPU, backend, bf16, a relative speed, package prices."""
+    """One card as rented: memory per GPU, backend, dense peak TFLOPS per precision, memory
+    bandwidth, the datasheet they come from, package prices."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1)
     memory_gib: float = Field(gt=0, description="Memory per GPU as the device reports it.")
     backend: Literal["cuda", "rocm"]
-    bf16: bool
-    relative_speed: float = Field(gt=0, description="Assumption: training throughput, A100=1.")
+    peak_tflops: dict[Precision, float] = Field(
+        min_length=1, description="Vendor's dense peak per precision (no sparsity), TFLOPS."
+    )
+    bandwidth_gb_s: float = Field(gt=0, description="Peak memory bandwidth, GB/s.")
+    source: str = Field(min_length=1, description="Datasheet the figures come from.")
     gpus: int = Field(default=1, ge=1, description="GPUs in one rented machine.")
     prices: dict[int, float | None] = Field(
         default_factory=lambda: {3: None, 7: None, 30: None},
         description="Price of a package of N days for the whole machine; null = fill it in.",
     )
+    price_per_hour: float | None = Field(
+        default=None,
+        ge=0,
+        description="The machine's hourly price, used for a null package.",
+    )
+    mfu: float | None = Field(
+        default=None, gt=0, le=1, description="Assumed share of the peak; overrides assumed_mfu."
+    )
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _positive_peaks(cls, value: dict[str, float]) -> dict[str, float]:
+        for precision, tflops in value.items():
+            if not tflops > 0:
+                raise ValueError(f"peak {tflops} TFLOPS for {precision}: use a number > 0")
+        return value
+
+    @property
+    def bf16(self) -> bool:
+        """Whether the card computes in bfloat16 (T4 does not)."""
+        return "bf16" in self.peak_tflops
+
+    def peak_flops(self, precision: str) -> float | None:
+        """Peak dense FLOP/s for a step computed in `precision` (fp32 autocast-free matmuls run
+        on the fp32 units: PyTorch leaves TF32 off for matmuls unless asked), or None."""
+        tflops = self.peak_tflops.get(precision)  # type: ignore[call-overload]
+        return tflops * 1e12 if tflops is not None else None
+
+    def package_price(self, days: int) -> float | None:
+        """The package's price, or the hourly price x its hours, or None (not filled in)."""
+        price = self.prices.get(days)
+        if price is None and self.price_per_hour is not None:
+            return self.price_per_hour * days * 24
+        return price
 
     @field_validator("prices")
     @classmethod
@@ -80,12 +121,18 @@ class GpuCard(BaseModel):
 
 
 class Catalog(BaseModel):
-    """The whole file: the basis of the speeds (in words) and the cards."""
+    """The whole file: the two labelled assumptions and the cards."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    speed_basis: str = Field(min_length=1)
+    assumed_mfu: float = Field(
+        gt=0, le=1, description="Assumption: share of the peak a fine-tuning step reaches."
+    )
+    assumed_disk_gb_s: float = Field(
+        gt=0, description="Assumption: disk read/write speed for checkpoints and exports."
+    )
     cards: list[GpuCard] = Field(min_length=1)
+    _source: str = PrivateAttr(default="the GPU catalog")
 
     @field_validator("cards")
     @classmethod
@@ -98,8 +145,18 @@ class Catalog(BaseModel):
             seen.add(key)
         return cards
 
+    @property
+    def source(self) -> str:
+        """The file this catalog was read from."""
+        return self._source
+
+    def mfu(self, card: GpuCard) -> float:
+        """The assumed model FLOPs utilisation on `card` (its own, else the file's)."""
+        return card.mfu if card.mfu is not None else self.assumed_mfu
+
     def card(self, name: str) -> GpuCard:
-        """The card called `name` (case-insensitive), or an InputError with a did-you-mean."""
+        """The card called `name` (case-insensitive), or an InputError naming the catalog file,
+        a did-you-mean and how to add the card."""
         for card in self.cards:
             if card.name.lower() == name.strip().lower():
                 return card
@@ -107,9 +164,12 @@ class Catalog(BaseModel):
         close = difflib.get_close_matches(name, names, n=1, cutoff=0.4)
         hint = f"did you mean `{close[0]}`? " if close else ""
         raise input_error(
-            "rental.gpu",
+            self.source,
             f"no card `{name}` in the GPU catalog",
-            f"{hint}use one of: {', '.join(names)}, or add it to your catalog file",
+            f"{hint}use one of: {', '.join(names)}; or copy this file, add `{name}` with its "
+            "memory_gib, backend, peak_tflops, bandwidth_gb_s and source, and pass it with "
+            "--catalog",
+            title="unknown GPU",
         )
 
 
@@ -148,16 +208,10 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     if not isinstance(raw, dict):
         raise input_error(str(source), "the top level is not a mapping", "see the shipped file")
     try:
-        return Catalog.model_validate(raw)
+        catalog = Catalog.model_validate(raw)
     except ValidationError as exc:
         lines = key_lines(text)
         problems = list(dict.fromkeys(_problem(e, str(source), lines) for e in exc.errors()))
         raise InputError(problems, title=f"invalid GPU catalog {source}") from None
-
-
-def speed_ratio(catalog: Catalog, measured_on: str, target: str) -> tuple[float, bool]:
-    """(target speed / measured speed, is_estimate). The same card is a measurement (1.0,
-    False); anything else is scaled through the catalog's assumed speeds and is an estimate."""
-    if measured_on.strip().lower() == target.strip().lower():
-        return 1.0, False
-    return catalog.card(target).relative_speed / catalog.card(measured_on).relative_speed, True
+    catalog._source = str(source)
+    return catalog

@@ -3,16 +3,14 @@
 The guide organises a rental around distinct phases: the initial control (baseline
 evaluation and the control run), the experiment (variants x seeds), evaluation, a resume
 rehearsal (reload a checkpoint in a new process, R1) and the export. Each phase's hours come
-from times the pilot measured; a time measured on another machine is scaled by the catalog's
-relative speed and every number built from it is labelled an estimate.
+from the seconds per unit of work on the planned card (`timing.PhaseSeconds`): measured by a
+pilot on that card, or computed from the dry run's FLOPs and labelled assumptions. The plan
+carries that one basis sentence, never two.
 
 A package fits when the campaign leaves at least `margin` of it free: with the default 20%,
 a 3-day package (72 h) holds up to 57.6 h of work. The margin pays for what a plan cannot
 see: a rerun after a crash, a slower data loader, a checkpoint re-read in a new process. When
 nothing fits, the plan says what to cut, with the numbers that would fit.
-
-Compute-bound work (training updates, evaluation) is scaled by the speed ratio; checkpoint
-saves, the resume rehearsal and the export are mostly I/O and are taken as measured.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tunepilot.errors import InputError, Problem
+from tunepilot.sizing.timing import PhaseSeconds
 
 HOURS_PER_DAY = 24.0
 # Float tolerance for "exactly at the margin" (hours): a plan at the boundary fits.
@@ -50,11 +49,11 @@ class PackageFit:
 class Workload:
     """The inputs of the arithmetic, kept together so cuts can change one field at a time."""
 
-    seconds_per_update: float  # on the target, after scaling
+    seconds_per_update: float  # on the target
     updates_per_run: int
     n_variants: int
     n_seeds: int
-    eval_seconds: float  # one evaluation pass on the target, after scaling
+    eval_seconds: float  # one full validation pass on the target
     evals_per_run: int
     checkpoint_seconds: float
     checkpoints_per_run: int
@@ -116,11 +115,9 @@ class Workload:
 class RentalPlan:
     """Hours per phase, every package's fit, the choice or what to cut (L3)."""
 
-    measured_on: str
-    target: str | None
-    speed_ratio: float
-    estimate: bool
-    basis: str  # where the step time comes from, in words
+    target: str
+    measured: bool  # False: computed from FLOPs and labelled assumptions
+    basis: str  # where the seconds come from, in one sentence
     workload: Workload
     margin: float
     phases: list[PhaseHours]
@@ -182,39 +179,24 @@ def _cuts(work: Workload, budget_h: float, days: int) -> list[str]:
 
 
 def plan_rental(
-    step_seconds_measured: float,
-    measured_on: str,
-    target_speed_ratio: float,
+    seconds: PhaseSeconds,
     updates_per_run: int,
     n_variants: int,
     n_seeds: int,
-    eval_seconds_per_eval: float,
     evals_per_run: int,
-    checkpoint_seconds: float,
-    export_seconds: float,
-    resume_rehearsal_seconds: float,
+    *,
     gpus_in_package: int = 1,
     margin: float = 0.2,
     prices: dict[int, float | None] | None = None,
-    *,
-    target: str | None = None,
-    steps_per_update: int = 1,
     checkpoints_per_run: int = 1,
     final_evals: int = 2,
     packages: tuple[int, ...] = (3, 7, 30),
 ) -> RentalPlan:
-    """The plan for a campaign of `n_variants` variants (control excluded) x `n_seeds` seeds.
-
-    `step_seconds_measured` is one steady step on `measured_on`; `steps_per_update` is how
-    many such steps make one update (the accumulation, when a microbatch step was timed).
-    `target_speed_ratio` = target speed / measured speed (see `catalog.speed_ratio`).
-    """
+    """The plan for a campaign of `n_variants` variants (control excluded) x `n_seeds` seeds,
+    from the seconds per update, validation pass, checkpoint, resume and export on the card."""
     problems = [
         Problem(f"plan.{k}", f"{v}", "use a number > 0")
-        for k, v in (
-            ("step_seconds", step_seconds_measured),
-            ("target_speed_ratio", target_speed_ratio),
-        )
+        for k, v in (("seconds per update", seconds.update),)
         if not v > 0
     ]
     problems += [
@@ -225,7 +207,6 @@ def plan_rental(
             ("n_seeds", n_seeds, 1),
             ("evals_per_run", evals_per_run, 0),
             ("gpus_in_package", gpus_in_package, 1),
-            ("steps_per_update", steps_per_update, 1),
         )
         if v < low
     ]
@@ -234,57 +215,48 @@ def plan_rental(
     if problems:
         raise InputError(problems, title="cannot plan the rental")
 
-    estimate = target_speed_ratio != 1.0 or (target is not None and target != measured_on)
-    spu = step_seconds_measured * steps_per_update / target_speed_ratio
     work = Workload(
-        spu, updates_per_run, n_variants, n_seeds, eval_seconds_per_eval / target_speed_ratio,
-        evals_per_run, checkpoint_seconds, checkpoints_per_run, export_seconds,
-        resume_rehearsal_seconds, final_evals, gpus_in_package,
+        seconds.update, updates_per_run, n_variants, n_seeds, seconds.eval_pass, evals_per_run,
+        seconds.checkpoint, checkpoints_per_run, seconds.export, seconds.resume, final_evals,
+        gpus_in_package,
     )  # fmt: skip
-    basis = f"{step_seconds_measured:.3g} s per step measured on {measured_on}"
-    if estimate:
-        basis = (
-            f"ESTIMATE: {basis}, scaled x{target_speed_ratio:.3g} to {target or 'the target'} "
-            "by the catalog's relative speeds (an assumption; rerun the pilot there)"
-        )
     phases = work.phases()
     total = sum(p.hours for p in phases)
     price_of = prices or {}
     fits = [_package(d, total, margin, price_of.get(d)) for d in sorted(packages)]
     chosen = next((p for p in fits if p.fits), None)
     cuts: list[str] = []
-    label = "estimated " if estimate else ""
+    label = "measured" if seconds.measured else "computed"
     if chosen is not None:
         sentence = (
-            f"The campaign needs {total:.1f} {label}hours; the {chosen.days}-day package fits "
-            f"with {chosen.headroom:.0%} left free (margin asked {margin:.0%}); "
-            f"cost: {chosen.cost_sentence}."
+            f"The campaign needs {total:.1f} hours ({label}) on the {seconds.card}; the "
+            f"{chosen.days}-day package fits with {chosen.headroom:.0%} left free (margin asked "
+            f"{margin:.0%}); cost: {chosen.cost_sentence}."
         )
     else:
         largest = max(packages)
         cuts = _cuts(work, largest * HOURS_PER_DAY * (1 - margin), largest)
         offered = ", ".join(str(d) for d in sorted(packages))
         sentence = (
-            f"The campaign needs {total:.1f} {label}hours: no package of {offered} days fits "
-            f"with a {margin:.0%} margin. Cut one of: " + "; ".join(cuts) + "."
-        )
-    return RentalPlan(
-        measured_on, target, target_speed_ratio, estimate, basis, work, margin, phases, total,
-        fits, chosen, cuts, sentence,
-    )  # fmt: skip
+            f"The campaign needs {total:.1f} hours ({label}) on the {seconds.card}: no package "
+            f"of {offered} days fits with a {margin:.0%} margin. Cut one of: "
+            + "; ".join(cuts) + "."
+        )  # fmt: skip
+    return RentalPlan(seconds.card, seconds.measured, seconds.basis, work, margin, phases, total,
+                      fits, chosen, cuts, sentence)  # fmt: skip
 
 
 def plan_markdown(plan: RentalPlan) -> str:
     """`pilots/<id>/plan.md`: the phases, the packages and the decision, for a person."""
-    est = " (estimate)" if plan.estimate else ""
+    how = "measured" if plan.measured else "computed"
     lines = [
-        "# Rental plan (L3)",
+        f"# Rental plan on the {plan.target} (L3)",
         "",
         f"Basis: {plan.basis}.",
-        f"One update takes {plan.workload.seconds_per_update:.3g} s{est}; "
+        f"One update takes {plan.workload.seconds_per_update:.3g} s ({how}); "
         f"{plan.workload.gpus} GPU(s) in the package; margin kept free: {plan.margin:.0%}.",
         "",
-        f"| phase | hours{est} | what |",
+        f"| phase | hours ({how}) | what |",
         "|---|---:|---|",
     ]
     lines += [f"| {p.name} | {p.hours:.2f} | {p.sentence} |" for p in plan.phases]

@@ -1,117 +1,66 @@
-"""Sizing a complete training step before renting (S1, S7, L1, L2).
+"""The per-card selection sheet (L1, S1, S3, S6, B3, B4): what the campaign's exact step needs
+on every card of the catalog, from a handful of GPU-free dry runs.
 
-Three pieces, each small enough to check by hand:
-- `static_bytes`: what the trainable set costs whatever the input shape: weights, gradients,
-  optimizer state and fp32 master copies (S1: precision, optimizer states and trainable
-  parameters are part of the estimate).
-- `fit_memory_model`: peaks measured at a few (microbatch, length) points, fitted as
-  peak = fixed + a x tokens + b x tokens x length (tokens = microbatch x length; the quadratic
-  term is attention scores), checked on a held-out point (`holdout_error`).
-- `selection_sheet`: the configured shape and its alternatives on every catalog card, with
-  headroom, in the order S6 proposes them; a configuration is recommended only when the
-  software stack passed the pilot on that card's backend (L2).
+Every memory number here is a dry run's: the campaign's model built from its config on fake
+tensors, its step executed phase by phase (`sizing.dry_run`). Nothing is an assumed share:
 
-Pure Python + numpy: no torch here, the measurements come from the memory probe.
+- activation bytes are linear in the microbatch at a fixed length, so the dry runs at
+  microbatch 1 and 2 give each phase's exact slope, and the largest microbatch per card
+  follows without calling the dry run again;
+- activation checkpointing and precision are each sized by their own dry runs (S3), with
+  their memory effect (peak bytes) and time effect (FLOPs per update, and the card's peak for
+  the precision);
+- the base dtypes (fp32, bf16, nf4) are dry runs at the configured shape.
+
+At most eight dry runs, each once (`DryRuns` keeps them). DDP and FSDP per-GPU bytes for
+multi-GPU machines are arithmetic on the dry run's split (weights, gradients, optimizer
+state, activations), stated as such.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tunepilot.errors import InputError, Problem, input_error
+from tunepilot.errors import InputError, input_error
 from tunepilot.measure.memory import human_bytes
-from tunepilot.sizing.catalog import GpuCard
-from tunepilot.sizing.memory_model import (  # noqa: F401  (re-exported: one import for the sheet)
-    HoldoutCheck,
-    MemoryModel,
-    fit_memory_model,
-    holdout_error,
-    measure_memory_grid,
-)
+from tunepilot.sizing.catalog import Catalog, GpuCard
 from tunepilot.train.arithmetic import plan_updates
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-# Optimizer state per trainable parameter, kept in fp32: AdamW = exp_avg + exp_avg_sq.
-OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 0, "sgd_momentum": 4, "adamw_8bit": 2}
-# Assumptions, stated in the sheet: CUDA context + allocator cache outside tensor counters,
-# and the share of activation memory that activation checkpointing keeps (layer inputs plus
-# one layer recomputed at a time). Measure the S3 row before relying on the second one.
-DEFAULT_OVERHEAD_BYTES = 1024**3
-CHECKPOINTING_KEEPS = 0.3
+MIN_HEADROOM = 0.10
+"""Share of each card kept free: the caching allocator's reserved-but-free blocks live there
+(a pilot on the card measures reserved minus allocated)."""
+BASE_DTYPES = ("fp32", "bf16", "nf4")
+TRAINING_PHASES = ("first step", "steady step")
 
 
 @dataclass(frozen=True)
-class StaticBytes:
-    """Bytes that do not depend on the input shape (S1), per replica before any sharding."""
+class Setting:
+    """One dry run's knobs: what the sheet varies around the configured step."""
 
-    weights: int
-    gradients: int
-    optimizer_state: int
-    master_weights: int
-    sentence: str
+    microbatch: int
+    checkpointing: bool
+    base_dtype: str
+    precision: str
+
+
+class DryRuns:
+    """The dry runs a sheet asks for, each run once. `run(setting)` returns a `DryRun`."""
+
+    def __init__(self, run: Callable[[Setting], Any]) -> None:
+        self._run = run
+        self._done: dict[Setting, Any] = {}
+
+    def __call__(self, setting: Setting) -> Any:
+        if setting not in self._done:
+            self._done[setting] = self._run(setting)
+        return self._done[setting]
 
     @property
-    def total(self) -> int:
-        return self.weights + self.gradients + self.optimizer_state + self.master_weights
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "total": self.total}
-
-
-def static_bytes(
-    n_params_total: int,
-    n_trainable: int,
-    precision: str,
-    optimizer: str = "adamw",
-    *,
-    weights_dtype: str | None = None,
-    master_weights: bool | None = None,
-) -> StaticBytes:
-    """Weights (all), gradients (trainable only), optimizer state and master copies.
-
-    tunepilot's loop keeps weights in fp32 and applies bf16/fp16 through autocast, so by
-    default (`weights_dtype=None`) precision saves activation memory, not static memory.
-    Storing weights in half precision (`weights_dtype="bf16"`) halves weights and gradients,
-    and then the trainable set needs fp32 master copies (default on for half weights).
-    """
-    problems = [
-        Problem(f"training.{key}", f"`{value}`", f"use one of {list(allowed)}")
-        for key, value, allowed in (
-            ("precision", precision, DTYPE_BYTES),
-            ("weights_dtype", weights_dtype or "fp32", DTYPE_BYTES),
-            ("optimizer", optimizer, OPTIMIZER_STATE_BYTES),
-        )
-        if value not in allowed
-    ]
-    if not 0 <= n_trainable <= n_params_total:
-        problems.append(Problem("model", f"{n_trainable:,} trainable of {n_params_total:,}",
-                                "count trainable parameters within the total"))  # fmt: skip
-    if problems:
-        raise InputError(problems, title="cannot size the static bytes")
-    wdtype = weights_dtype or "fp32"
-    half = DTYPE_BYTES[wdtype] < 4
-    keep_master = half if master_weights is None else master_weights
-    w = n_params_total * DTYPE_BYTES[wdtype]
-    g = n_trainable * DTYPE_BYTES[wdtype]
-    o = n_trainable * OPTIMIZER_STATE_BYTES[optimizer]
-    m = n_trainable * 4 if keep_master else 0
-    sentence = (
-        f"{n_params_total:,} weights in {wdtype} ({human_bytes(w)}) + gradients for "
-        f"{n_trainable:,} trainable ({human_bytes(g)}) + {optimizer} state "
-        f"({human_bytes(o)})"
-        + (f" + fp32 master copies ({human_bytes(m)})" if m else "")
-        + f" = {human_bytes(w + g + o + m)} before activations, computed in {precision}."
-    )
-    return StaticBytes(w, g, o, m, sentence)
-
-
-# --------------------------------------------------------------------------------------------
-# the memory model
-# --------------------------------------------------------------------------------------------
-
-Point = tuple[int, int, float]  # (microbatch, length, peak bytes)
+    def count(self) -> int:
+        return len(self._done)
 
 
 def updates_sheet(
@@ -137,186 +86,286 @@ def updates_sheet(
     }
 
 
-# --------------------------------------------------------------------------------------------
-# the selection sheet (L1, L2)
-# --------------------------------------------------------------------------------------------
+def _phase(dry: Any, name: str) -> Any | None:
+    return next((p for p in dry.phases if p.phase == name), None)
 
 
 @dataclass(frozen=True)
-class Shape:
-    """One configuration to size: a row of the selection sheet."""
+class Linear:
+    """Each phase's peak as `at_one + (microbatch - 1) x slope`, from dry runs at 1 and 2."""
 
-    label: str
+    at_one: dict[str, int]
+    slope: dict[str, int]
+
+    @classmethod
+    def from_runs(cls, one: Any, two: Any) -> Linear:
+        at_one = {p.phase: int(p.peak) for p in one.phases}
+        second = {p.phase: int(p.peak) for p in two.phases}
+        return cls(at_one, {k: max(0, second.get(k, v) - v) for k, v in at_one.items()})
+
+    def peak(self, microbatch: int) -> int:
+        return max(v + (microbatch - 1) * self.slope[k] for k, v in self.at_one.items())
+
+    def largest_microbatch(self, budget: float) -> int | None:
+        """Largest microbatch whose every phase fits `budget` bytes; 0 when even one does not;
+        None when no phase grows with the microbatch (then any fits that fits at one)."""
+        if any(v > budget for v in self.at_one.values()):
+            return 0
+        bounds = [
+            1 + int((budget - v) // s) for k, v in self.at_one.items() if (s := self.slope[k])
+        ]
+        return min(bounds) if bounds else None
+
+
+@dataclass
+class SheetInputs:
+    """The configured step and the work around it, read from the campaign once."""
+
     microbatch: int
     accumulation: int
-    precision: str
+    max_length: int
     checkpointing: bool
-    strategy: str  # "none", "ddp", "fsdp"
-    world_size: int
+    base_dtype: str
+    precision: str
+    eval_batches: int  # batches in one full validation pass
+    updates_per_run: int
+    n_variants: int
+    n_seeds: int
+    evals_per_run: int
+    checkpoints_per_run: int
+    margin: float
+    packages: tuple[int, ...]
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def setting(self) -> Setting:
+        return Setting(self.microbatch, self.checkpointing, self.base_dtype, self.precision)
 
 
-def _alternatives(base: Shape, gpu_counts: Sequence[int]) -> list[Shape]:
-    """The configured shape, then S6's order: smaller microbatch with more accumulation (same
-    effective batch), activation checkpointing, lower precision, more GPUs (DDP, FSDP)."""
-    rows = [base]
-    effective = base.microbatch * base.accumulation
-    mb = base.microbatch // 2
-    while mb >= 1:
-        if effective % mb == 0:
-            label = f"microbatch {mb} x accumulation {effective // mb}"
-            rows.append(replace(base, label=label, microbatch=mb, accumulation=effective // mb))
-        mb //= 2
-    if not base.checkpointing:
-        rows.append(replace(base, label="activation checkpointing", checkpointing=True))
-    if base.precision == "fp32":
-        rows.append(replace(base, label="bf16 autocast", precision="bf16"))
-    if base.strategy == "none" and base.world_size == 1:
-        for n in gpu_counts:
-            # Keep the effective batch when the accumulation divides; otherwise it grows (S7).
-            acc = base.accumulation // n if base.accumulation % n == 0 else base.accumulation
-            for strategy in ("ddp", "fsdp"):
-                label = f"{strategy.upper()} x {n} GPUs"
-                rows.append(replace(base, label=label, accumulation=acc, strategy=strategy,
-                                    world_size=n))  # fmt: skip
-    return rows
-
-
-def _activation_scale(
-    shape: Shape, measured_precision: str, measured_checkpointing: bool
-) -> tuple[float, list[str]]:
-    """Factor from the measured activations to this shape's, and why that is an estimate."""
-    factor, why = 1.0, []
-    if shape.precision != measured_precision:
-        factor *= DTYPE_BYTES[shape.precision] / DTYPE_BYTES[measured_precision]
-        why.append(f"activations measured in {measured_precision}, scaled to {shape.precision}")
-    if shape.checkpointing and not measured_checkpointing:
-        factor *= CHECKPOINTING_KEEPS
-        why.append(f"checkpointing assumed to keep {CHECKPOINTING_KEEPS:.0%} of activations")
-    return factor, why
-
-
-def _recommend(
-    rows: list[dict[str, Any]], targets: list[GpuCard], stack_checked: bool, backend: str | None
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None, str]:
-    """(candidate, recommendation, sentence): the first row in S6's order that fits one of
-    `targets` with headroom, the slowest such card first (slower cards rent for less; the
-    rental plan then prices the time); recommended only under L2.
-
-    DDP rows use as much memory per GPU as the configured one, so they never rescue a shape
-    that does not fit; they are for speed and are skipped here.
-    """
-    targets = sorted(targets, key=lambda c: (c.relative_speed, c.memory_gib))
-    candidate = None
-    for row in rows:
-        if row["strategy"] == "ddp" and row["label"] != "configured":
-            continue
-        card = next((c for c in targets if row["fits"][c.name]["verdict"] == "PASS"), None)
-        if card is not None:
-            headroom = row["fits"][card.name]["headroom"]
-            candidate = {"row": row["label"], "card": card.name, "backend": card.backend,
-                         "headroom": headroom}  # fmt: skip
-            break
-    if candidate is None:
-        return None, None, "no configuration fits a card of the catalog with the headroom asked"
-    if not stack_checked:
-        return candidate, None, (
-            "not recommended yet: the environment and step gates have not passed on this "
-            "backend; run `tunepilot pilot` until they do (L2)"
-        )  # fmt: skip
-    if backend is not None and backend != candidate["backend"]:
-        return candidate, None, (
-            f"not recommended yet: the stack was checked on {backend}, not on "
-            f"{candidate['backend']}; run `tunepilot pilot` on the {candidate['card']} before "
-            "the campaign (B1, L2)"
-        )  # fmt: skip
-    return candidate, candidate, (
-        f"{candidate['row']} on {candidate['card']}: it fits with {candidate['headroom']:.0%} "
-        f"headroom and the stack passed on {backend or candidate['backend']}"
+def sheet_inputs(campaign: Any, n_train: int, n_validation: int, base_dtype: str) -> SheetInputs:
+    """The configured step, updates per run (S7) and validation passes, from the campaign."""
+    t, d, r = campaign.training, campaign.data, campaign.rental
+    replicas = t.distributed.nproc if t.distributed.strategy != "none" else 1
+    plan = plan_updates(n_train, t.microbatch, t.accumulation, replicas, updates=t.budget.updates,
+                        epochs=t.budget.epochs, drop_last=t.drop_last)  # fmt: skip
+    total = plan.total_updates
+    return SheetInputs(
+        t.microbatch, t.accumulation, d.max_length, t.activation_checkpointing, base_dtype,
+        t.precision, max(1, math.ceil(n_validation / t.eval_batch_size)), total,
+        len(campaign.variants), max(1, len(campaign.seeds)), math.ceil(total / t.eval_every),
+        math.ceil(total / t.checkpoint_every) if t.checkpoint_every else 1, r.margin,
+        tuple(sorted(r.packages_days)),
     )  # fmt: skip
 
 
-def selection_sheet(
-    *,
-    n_params_total: int,
-    n_trainable: int,
-    memory_model: MemoryModel,
-    microbatch: int,
-    max_length: int,
-    accumulation: int,
-    precision: str,
-    expected_result: str,
-    cards: Sequence[GpuCard],
-    stack_checked: bool,
-    checked_backend: str | None = None,
-    strategy: str = "none",
-    world_size: int = 1,
-    activation_checkpointing: bool = False,
-    optimizer: str = "adamw",
-    measured_precision: str = "fp32",
-    min_headroom: float = 0.10,
-    overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
-    gpu: str | None = None,
-    gpu_counts: Sequence[int] = (2, 4, 8),
-    measured_on: str = "cpu",
-) -> dict[str, Any]:
-    """L1: the sheet for the configured shape and its alternatives on every card.
+def work_of(dry: Any, inputs: SheetInputs) -> tuple[Any, Any]:
+    """(WorkFlops, WorkBytes) of the campaign from one dry run of its step (L3)."""
+    from tunepilot.sizing.timing import WorkBytes, WorkFlops
 
-    Predicted peak per GPU = static bytes (divided by world size under FSDP) + activations
-    from the fitted model (scaled to the precision) + `overhead_bytes`. The fitted fixed part
-    is reported but not used: it holds the measuring machine's runtime (the whole process on
-    CPU), while the bytes model holds on any card. The memory model is
-    taken as measured at the configured checkpointing and `measured_precision`, on
-    `measured_on` ("cpu" or a card name): a CPU-measured row is labelled an estimate.
-    `stack_checked`: the environment and step gates passed; a row is recommended only then,
-    and only on a card of `checked_backend` (L2, B1: another backend means another pilot).
-    """
-    targets = [c for c in cards if gpu is None or c.name.lower() == gpu.lower()]
-    if not targets:
-        names = ", ".join(c.name for c in cards)
-        raise input_error("rental.gpu", f"no card `{gpu}` in the catalog", f"use one of {names}")
-    static = static_bytes(n_params_total, n_trainable, precision, optimizer)
-    base = Shape("configured", microbatch, accumulation, precision, activation_checkpointing,
-                 strategy, world_size)  # fmt: skip
-    rows = []
-    for shape in _alternatives(base, gpu_counts):
-        # FSDP shards weights, gradients and optimizer state; DDP keeps a full replica each.
-        per_gpu = static.total // shape.world_size if shape.strategy == "fsdp" else static.total
-        factor, why = _activation_scale(shape, measured_precision, activation_checkpointing)
-        if measured_on == "cpu":
-            why.insert(0, "activations measured as CPU RSS, not by a GPU allocator")
-        act = memory_model.activation_bytes(shape.microbatch, max_length) * factor
-        peak = per_gpu + act + overhead_bytes
-        replicas = shape.world_size if shape.strategy in ("ddp", "fsdp") else 1
-        rows.append({
-            **asdict(shape), "estimate": "; ".join(why),
-            "examples_per_update": shape.microbatch * shape.accumulation * replicas,
-            "static_bytes_per_gpu": per_gpu, "activation_bytes": int(act),
-            "overhead_bytes": overhead_bytes, "peak_bytes_per_gpu": int(peak),
-            "fits": {c.name: c.fit(peak, min_headroom, shape.precision, shape.world_size)
-                     for c in cards},
-        })  # fmt: skip
-    # The largest microbatch whose activations fit at the longest length, per card.
-    per_example = memory_model.activation_bytes(1, max_length)
-    per_example *= _activation_scale(base, measured_precision, activation_checkpointing)[0]
-    fixed = rows[0]["static_bytes_per_gpu"] + overhead_bytes
-    max_mb = {c.name: max(0, int((c.memory_bytes * (1 - min_headroom) - fixed) // per_example))
-              if per_example > 0 else None for c in cards}  # fmt: skip
-    candidate, recommendation, why = _recommend(rows, targets, stack_checked, checked_backend)
+    steady, evaluation = _phase(dry, "steady step"), _phase(dry, "evaluation")
+    if steady is None:
+        raise input_error(
+            "dry run", "no `steady step` phase", "report this: the dry run is incomplete"
+        )
+    per_step = inputs.accumulation / max(1, int(steady.inputs.get("accumulation", 1)))
+    eval_flops = evaluation.flops * inputs.eval_batches if evaluation is not None else 0.0
+    trainable = dry.trainable_params * 4 + steady.optimizer
+    full = dry.trainable_params >= dry.total_params
+    io = WorkBytes(checkpoint=trainable, base_weights=steady.weights,
+                   export=steady.weights if full else dry.trainable_params * 4)  # fmt: skip
+    return WorkFlops(steady.flops * per_step, eval_flops, inputs.precision), io
+
+
+def _fit(card: GpuCard, peak: int, context: int) -> dict[str, Any]:
+    """Verdict of a per-GPU tensor peak plus the device context on `card`, with headroom."""
+    need = peak + context
+    headroom = 1.0 - need / card.memory_bytes
+    if headroom >= MIN_HEADROOM:
+        verdict, why = "PASS", f"fits with {headroom:.0%} headroom"
+    elif headroom >= 0:
+        verdict, why = "WARN", f"fits with only {headroom:.0%} headroom"
+    else:
+        verdict, why = (
+            "FAIL",
+            f"needs {human_bytes(need)}, {human_bytes(-headroom * card.memory_bytes)} more",
+        )
+    return {"verdict": verdict, "peak_bytes": need, "headroom": round(headroom, 4), "sentence": why}
+
+
+def _multi_gpu(dry: Any, card: GpuCard, context: int) -> dict[str, Any] | None:
+    """DDP vs FSDP bytes per GPU on a machine of `card.gpus` cards, from the dry run's split."""
+    if card.gpus < 2:
+        return None
+    top = dry.peak()
+    n = card.gpus
+    state = top.weights + top.gradients + top.optimizer
+    block = top.weights // max(1, dry.layers)
+    ddp = top.peak + top.gradients
+    fsdp = top.peak - state + math.ceil(state / n) + block
     return {
-        **{k: v for k, v in asdict(base).items() if k != "label"},
-        "memory_per_gpu": {c.name: c.memory_bytes for c in cards},
-        "max_dims": {"length": max_length, "microbatch": microbatch,
-                     "max_microbatch_at_length": max_mb},
-        "expected_result": expected_result,
-        "static_bytes": static.to_json(), "memory_model": memory_model.to_json(),
-        "min_headroom": min_headroom, "rows": rows, "candidate": candidate,
-        "recommendation": recommendation, "recommendation_sentence": why,
-        "stack_checked": stack_checked, "checked_backend": checked_backend,
-        "measured_on": measured_on,
-        "assumptions": [
-            f"{human_bytes(overhead_bytes)} per GPU for the CUDA context and allocator cache",
-            "weights stay fp32 under bf16/fp16 autocast (tunepilot's loop)",
-            f"activation checkpointing keeps ~{CHECKPOINTING_KEEPS:.0%} of activations",
-            f"activations measured in {measured_precision} scale with bytes per value",
-        ],
+        "gpus": n,
+        "ddp_per_gpu": _fit(card, ddp, context),
+        "fsdp_per_gpu": _fit(card, fsdp, context),
+        "sentence": (
+            f"DDP keeps a full replica per GPU plus one bucket copy of the gradients "
+            f"({human_bytes(ddp)}); FSDP shards weights, gradients and optimizer state over {n} "
+            f"and gathers one block at a time ({human_bytes(fsdp)}); arithmetic on the dry "
+            f"run's {top.phase} split (B3, B4)"
+        ),
+    }
+
+
+def card_rows(
+    runs: DryRuns,
+    inputs: SheetInputs,
+    catalog: Catalog,
+    *,
+    seconds_for: Callable[[GpuCard], tuple[Any, str]],
+) -> dict[str, Any]:
+    """The sheet: the configured step on every card, then S3's two options, each sized apart.
+
+    `seconds_for(card)` gives (PhaseSeconds or None, basis sentence) for the rental package.
+    """
+    from tunepilot.sizing.rental import plan_rental
+
+    base = inputs.setting
+    configured = runs(base)
+    ckpt = {
+        on: Linear.from_runs(runs(Setting(1, on, base.base_dtype, base.precision)),
+                             runs(Setting(2, on, base.base_dtype, base.precision)))
+        for on in (False, True)
     }  # fmt: skip
+    dtypes = {d: _peak_or_none(runs, Setting(base.microbatch, base.checkpointing, d,
+                                             base.precision)) for d in BASE_DTYPES}  # fmt: skip
+    other = "bf16" if base.precision == "fp32" else "fp32"
+    alt = runs(Setting(base.microbatch, base.checkpointing, base.base_dtype, other))
+    flops, io = work_of(configured, inputs)
+    context = int(configured.cuda_context_bytes)
+    rows = []
+    for card in catalog.cards:
+        top = configured.peak()
+        budget = card.memory_bytes * (1 - MIN_HEADROOM) - context
+        seconds, basis = seconds_for(card)
+        package = None
+        if seconds is not None:
+            prices = {d: card.package_price(d) for d in inputs.packages}
+            plan = plan_rental(seconds, inputs.updates_per_run, inputs.n_variants, inputs.n_seeds,
+                               inputs.evals_per_run, gpus_in_package=card.gpus,
+                               margin=inputs.margin, prices=prices,
+                               checkpoints_per_run=inputs.checkpoints_per_run,
+                               packages=inputs.packages)  # fmt: skip
+            package = {"hours": round(plan.total_hours, 2), "measured": plan.measured,
+                       "days": plan.chosen.days if plan.chosen else None,
+                       "cost": plan.chosen.cost_sentence if plan.chosen else None,
+                       "sentence": plan.sentence, "plan": plan.to_json()}  # fmt: skip
+        rows.append({
+            "card": card.name, "backend": card.backend, "gpus": card.gpus,
+            "memory_bytes": card.memory_bytes, "peak_phase": top.phase,
+            "configured": _fit(card, top.peak, context),
+            "largest_microbatch": {"without checkpointing": ckpt[False].largest_microbatch(budget),
+                                   "with checkpointing": ckpt[True].largest_microbatch(budget)},
+            "base_dtypes_that_fit": [d for d, peak in dtypes.items() if peak is not None
+                                     and _fit(card, peak, context)["verdict"] == "PASS"],
+            "multi_gpu": _multi_gpu(configured, card, context), "package": package,
+            "basis": basis,
+        })  # fmt: skip
+    return {
+        "model": configured.model, "architecture": configured.architecture,
+        "layers": configured.layers, "blocks_measured": list(configured.blocks_measured),
+        "configured": asdict(base) | {"max_length": inputs.max_length,
+                                      "accumulation": inputs.accumulation},
+        "phases": [asdict(p) for p in configured.phases],
+        "checkpointing": _option_effect(ckpt, base.microbatch, runs, base, flops.per_update),
+        "precision": _precision_effect(configured, alt, base.precision, other, catalog),
+        "base_dtypes": {d: peak for d, peak in dtypes.items()},
+        "hours_basis": (
+            f"computed from the dry run's {flops.per_update:.3g} FLOPs per update and "
+            f"{flops.per_eval_pass:.3g} per validation pass / (each card's dense "
+            f"{flops.precision} peak x {catalog.assumed_mfu:.0%} MFU, an ASSUMPTION until a "
+            "pilot on that card measures the step); checkpoint, resume and export from their "
+            f"bytes at an ASSUMED {catalog.assumed_disk_gb_s:g} GB/s disk"
+        ),
+        "dry_runs": runs.count, "rows": rows,
+        "assumptions": [f"{human_bytes(context)} per GPU for the device context, outside the "
+                        "counted tensors (the dry run's figure) until a pilot on the card "
+                        "measures it",
+                        f"{MIN_HEADROOM:.0%} of each card kept free (allocator cache, "
+                        "fragmentation)"] + inputs.assumptions,
+    }  # fmt: skip
+
+
+def _peak_or_none(runs: DryRuns, setting: Setting) -> int | None:
+    """A base dtype's peak, or None where the dry run refuses it (e.g. an architecture that
+    bitsandbytes does not quantize); the sheet then lists the dtype as not sized."""
+    try:
+        return int(runs(setting).peak().peak)
+    except InputError:
+        return None
+
+
+def _option_effect(
+    ckpt: dict[bool, Linear], microbatch: int, runs: DryRuns, base: Setting, flops: float
+) -> dict[str, Any]:
+    """Activation checkpointing off and on at the configured microbatch: peak and FLOPs."""
+    out: dict[str, Any] = {}
+    for on in (False, True):
+        dry = runs(Setting(microbatch, on, base.base_dtype, base.precision))
+        steady = _phase(dry, "steady step")
+        out["on" if on else "off"] = {"peak_bytes": ckpt[on].peak(microbatch),
+                                      "steady_flops": steady.flops if steady else None}  # fmt: skip
+    off, on = out["off"], out["on"]
+    saved = off["peak_bytes"] - on["peak_bytes"]
+    extra = (on["steady_flops"] / off["steady_flops"] - 1) if off["steady_flops"] else math.nan
+    without, with_ = human_bytes(off["peak_bytes"]), human_bytes(on["peak_bytes"])
+    out["sentence"] = (
+        f"activation checkpointing at microbatch {microbatch}: peak {without} without, "
+        f"{with_} with ({human_bytes(saved)} saved); the step computes {extra:+.0%} FLOPs "
+        "(the recomputed forward), so each update takes that much longer (dry runs of both, S3)"
+    )
+    return out
+
+
+def _precision_effect(
+    configured: Any, alt: Any, precision: str, other: str, catalog: Catalog
+) -> dict[str, Any]:
+    """The configured precision against the other one: peak bytes and per-card peak FLOP/s."""
+    speed = {
+        c.name: (c.peak_flops(other) / c.peak_flops(precision))
+        if c.peak_flops(other) and c.peak_flops(precision) else None
+        for c in catalog.cards
+    }  # fmt: skip
+    mine, theirs = configured.peak().peak, alt.peak().peak
+    return {
+        "configured": precision, "other": other, "peak_bytes": {precision: mine, other: theirs},
+        "peak_speedup": speed,
+        "sentence": (
+            f"training.precision {precision}: peak {human_bytes(mine)}; {other}: "
+            f"{human_bytes(theirs)} (dry runs of both); the time effect is each card's dense "
+            f"{other} peak over its {precision} peak (e.g. "
+            + ", ".join(f"{k} x{v:.1f}" for k, v in list(speed.items())[:3] if v) + ", S3)"
+        ),
+    }  # fmt: skip
+
+
+def recommendation(
+    sheet: dict[str, Any], stack_backends: set[str]
+) -> tuple[dict[str, Any] | None, str]:
+    """(row, sentence): the first card that fits the configured step with headroom, fewest
+    hours per currency unit unknown, so the one with the least memory first (the cheapest
+    class); recommended only where a pilot's stack gates passed on that backend (L2, B1)."""
+    fitting = [r for r in sheet["rows"] if r["configured"]["verdict"] == "PASS"]
+    if not fitting:
+        return (
+            None,
+            "no card of the catalog fits the configured step with headroom: see the "
+            "largest microbatch and base dtype columns",
+        )
+    row = min(fitting, key=lambda r: (r["gpus"], r["memory_bytes"]))
+    if row["backend"] not in stack_backends:
+        checked = ", ".join(sorted(stack_backends)) or "no backend"
+        return None, (
+            f"the {row['card']} is the smallest card that fits, but not recommended yet: the "
+            f"pilot's stack gates have passed on {checked}, not on {row['backend']}; run "
+            f"`tunepilot pilot` on the {row['card']} first (L2, B1)"
+        )
+    return row, f"the {row['card']}: it fits with {row['configured']['headroom']:.0%} headroom"

@@ -1,0 +1,97 @@
+"""The per-card sheet as a person reads it: the dry run's phases, one row per card, S3's two
+options sized apart, and every assumption by name. One renderer for `tunepilot plan` (its
+first section), `tunepilot size` and the pilot's plan.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunepilot.measure.memory import human_bytes
+
+SPLIT = ("weights", "gradients", "optimizer", "activations", "temporaries", "peak")
+
+
+def _gib(n: float | None) -> str:
+    return "n/a" if n is None else f"{n / 2**30:.1f} GiB"
+
+
+def phases_table(phases: list[dict[str, Any]]) -> list[str]:
+    """One row per phase of the dry run: the peak split and the FLOPs counted (S5)."""
+    lines = [
+        "| phase | " + " | ".join(SPLIT) + " | FLOPs | inputs |",
+        "|---|" + "---:|" * (len(SPLIT) + 1) + "---|",
+    ]
+    for p in phases:
+        inputs = ", ".join(f"{k} {v}" for k, v in (p.get("inputs") or {}).items())
+        cells = " | ".join(human_bytes(p.get(k)) for k in SPLIT)
+        lines.append(f"| {p['phase']} | {cells} | {float(p.get('flops') or 0):.3g} | {inputs} |")
+    notes = [n for p in phases for n in p.get("notes") or []]
+    return lines + ([""] + [f"- {n}" for n in dict.fromkeys(notes)] if notes else [])
+
+
+def _row(r: dict[str, Any]) -> str:
+    fit = r["configured"]
+    big = r["largest_microbatch"]
+    shown = ["any" if v is None else str(v) for v in (big["without checkpointing"],
+                                                      big["with checkpointing"])]  # fmt: skip
+    multi = r.get("multi_gpu")
+    ddp_fsdp = (
+        f"DDP {_gib(multi['ddp_per_gpu']['peak_bytes'])} / FSDP "
+        f"{_gib(multi['fsdp_per_gpu']['peak_bytes'])} x {multi['gpus']}"
+        if multi else "one GPU"
+    )  # fmt: skip
+    pkg = r.get("package")
+    if pkg is None:
+        hours, package = "n/a", r["basis"].removeprefix("no hours: ")
+    else:
+        hours = f"{pkg['hours']:.1f} ({'measured' if pkg['measured'] else 'computed'})"
+        package = f"{pkg['days']} days, {pkg['cost']}" if pkg["days"] else "none fits"
+    return (
+        f"| {r['card']} | {fit['verdict']} {_gib(fit['peak_bytes'])} of "
+        f"{_gib(r['memory_bytes'])} | {fit['headroom']:.0%} | {' / '.join(shown)} | "
+        f"{', '.join(r['base_dtypes_that_fit']) or 'none'} | {ddp_fsdp} | {hours} | {package} |"
+    )
+
+
+def sheet_markdown(sheet: dict[str, Any], recommendation: str) -> str:
+    """The sheet's markdown section (L1); `recommendation` is the L2 sentence."""
+    c = sheet["configured"]
+    first, second = sheet["blocks_measured"]
+    ckpt = "on" if c["checkpointing"] else "off"
+    lines = [
+        f"## Per-card sheet (L1, S1, S3): dry run of {sheet['model']}",
+        "",
+        f"{sheet['architecture']}, {sheet['layers']} layers: models of {first} and {second} "
+        f"blocks were run on fake tensors and the other blocks extrapolated exactly (they "
+        f"repeat); no weights read, no GPU used; {sheet['dry_runs']} dry runs.",
+        "",
+        f"Configured step: microbatch {c['microbatch']} x length {c['max_length']} "
+        f"(accumulation {c['accumulation']}), base dtype {c['base_dtype']}, training.precision "
+        f"{c['precision']}, activation checkpointing {ckpt}.",
+        "",
+        *phases_table(sheet["phases"]),
+        "",
+        f"**Recommendation (L2):** {recommendation}.",
+        "",
+        f"| card | configured step | headroom | largest microbatch at length {c['max_length']} "
+        "(without / with checkpointing) | base dtypes that fit with headroom | multi-GPU per "
+        "GPU | hours | package |",
+        "|---|---|---:|---|---|---|---:|---|",
+        *(_row(r) for r in sheet["rows"]),
+        "",
+        "Each option sized on its own (S3):",
+        "",
+        f"- {sheet['checkpointing']['sentence']}.",
+        f"- {sheet['precision']['sentence']}.",
+        "- base dtype, peak at the configured step: "
+        + ", ".join(
+            f"{d} {_gib(b) if b is not None else 'not sized'}"
+            for d, b in sheet["base_dtypes"].items()
+        )
+        + " (dry runs; nf4/int8 need bitsandbytes on CUDA, B1).",
+    ]
+    lines += ["", f"Hours: {sheet['hours_basis']}."]
+    measured = [r["basis"] for r in sheet["rows"] if (r.get("package") or {}).get("measured")]
+    lines += [f"Except: {b}." for b in measured]
+    lines += ["", "Assumptions: " + "; ".join(sheet["assumptions"]) + ".", ""]
+    return "\n".join(lines)

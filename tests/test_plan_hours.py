@@ -1,0 +1,76 @@
+"""Hours per card (issue 10 item 3, B1, L2): FLOPs over the card's dense peak and a labelled
+utilisation, or a pilot's own measurement on that very card taken on a quiet machine; never a
+CPU time, never a loaded machine's time."""
+
+from __future__ import annotations
+
+import pytest
+
+from tunepilot.sizing.catalog import load_catalog
+from tunepilot.sizing.timing import WorkBytes, WorkFlops, noise_of, seconds_on
+
+CATALOG = load_catalog()
+H100 = CATALOG.card("H100 80GB")
+FLOPS = WorkFlops(per_update=4.0e15, per_eval_pass=2.0e16, precision="bf16")
+IO = WorkBytes(checkpoint=200 * 10**6, base_weights=16 * 10**9, export=80 * 10**6)
+QUIET = {"step_seconds": 3.0, "eval_seconds": 60.0, "checkpoint_seconds": 2.0,
+         "resume_seconds": 40.0, "export_seconds": 30.0, "step_cpu_seconds": 2.9,
+         "threads": 1, "load_average": 0.5, "cpu_cores": 16, "device_type": "cuda"}  # fmt: skip
+
+
+def test_item3_hours_are_flops_over_the_cards_dense_peak_times_the_assumed_mfu() -> None:
+    seconds, basis = seconds_on(H100, CATALOG, FLOPS, IO)
+    rate = 989.4e12 * CATALOG.assumed_mfu
+    assert seconds.update == pytest.approx(4.0e15 / rate)
+    assert seconds.eval_pass == pytest.approx(2.0e16 / rate)
+    disk = CATALOG.assumed_disk_gb_s * 1e9
+    assert seconds.checkpoint == pytest.approx(200e6 / disk)
+    assert seconds.resume == pytest.approx((16e9 + 200e6) / disk + seconds.update)
+    assert not seconds.measured
+    assert "ASSUMPTION" in basis and f"{CATALOG.assumed_mfu:.0%} MFU" in basis
+    assert "989.4 TFLOPS bf16" in basis and "ASSUMED" in basis
+    # fp32 runs on the fp32 units: 67 TFLOPS, not the bf16 tensor-core figure.
+    fp32, _ = seconds_on(H100, CATALOG, WorkFlops(4.0e15, 0.0, "fp32"), IO)
+    assert fp32.update == pytest.approx(4.0e15 / (67e12 * CATALOG.assumed_mfu))
+
+
+def test_item3_a_card_without_the_precision_gets_no_hours_and_says_why() -> None:
+    seconds, why = seconds_on(CATALOG.card("T4"), CATALOG, FLOPS, IO)
+    assert seconds is None and "has no bf16" in why
+
+
+def test_item3_a_step_time_measured_on_a_cpu_is_never_used_for_a_gpu() -> None:
+    on_cpu = QUIET | {"device_type": "cpu"}
+    seconds, basis = seconds_on(H100, CATALOG, FLOPS, IO, measured_on="cpu",
+                                measurements=on_cpu, pilot_id="p-1")  # fmt: skip
+    assert not seconds.measured and seconds.update != pytest.approx(3.0)
+    assert basis.startswith("computed")
+    none, why = seconds_on(H100, CATALOG, None, None, measured_on="cpu", measurements=QUIET)
+    assert none is None and "no dry run" in why
+
+
+def test_item3_a_pilot_on_the_card_replaces_the_assumed_mfu_by_its_measurement() -> None:
+    seconds, basis = seconds_on(H100, CATALOG, FLOPS, IO, measured_on="H100 80GB",
+                                measurements=QUIET, pilot_id="p-7")  # fmt: skip
+    assert seconds.measured and seconds.update == 3.0 and seconds.eval_pass == 60.0
+    assert (seconds.checkpoint, seconds.resume, seconds.export) == (2.0, 40.0, 30.0)
+    assert "measured by pilot p-7 on the H100 80GB" in basis and "ASSUMPTION" not in basis
+    other, _ = seconds_on(CATALOG.card("A100 80GB"), CATALOG, FLOPS, IO,
+                          measured_on="H100 80GB", measurements=QUIET)  # fmt: skip
+    assert not other.measured  # measured on another card: computed, never scaled
+
+
+def test_item3_a_loaded_machines_measurement_is_flagged_noisy_and_not_used() -> None:
+    loaded = QUIET | {"load_average": 40.0}
+    assert "load average 40.0 above the 16 cores" in noise_of(loaded)
+    seconds, basis = seconds_on(H100, CATALOG, FLOPS, IO, measured_on="H100 80GB",
+                                measurements=loaded, pilot_id="p-8")  # fmt: skip
+    assert not seconds.measured and "loaded machine" in basis and "not used" in basis
+    # On a CPU, a wall time far above the process's CPU time means it waited for a core.
+    waited = QUIET | {"device_type": "cpu", "step_seconds": 3.0, "step_cpu_seconds": 1.0,
+                      "threads": 2, "load_average": 1.0, "cpu_cores": 2}  # fmt: skip
+    assert "17% of the cores' time" in noise_of(waited)
+    busy = waited | {"step_cpu_seconds": 5.8}
+    assert noise_of(busy) is None
+    # On a GPU the process waits for the device: little CPU time is no sign of load.
+    assert noise_of(QUIET | {"step_cpu_seconds": 0.1}) is None
