@@ -192,25 +192,30 @@ def _fit(card: GpuCard, peak: int, context: int) -> dict[str, Any]:
     return {"verdict": verdict, "peak_bytes": need, "headroom": round(headroom, 4), "sentence": why}
 
 
-def _multi_gpu(dry: Any, card: GpuCard, context: int) -> dict[str, Any] | None:
-    """DDP vs FSDP bytes per GPU on a machine of `card.gpus` cards, from the dry run's split."""
-    if card.gpus < 2:
-        return None
+def multi_gpu_bytes(dry: Any, gpus: int) -> tuple[int, int]:
+    """(DDP, FSDP) tensor bytes per GPU on `gpus` GPUs, arithmetic on the dry run's split at its
+    highest phase: DDP adds one bucket copy of the gradients to a full replica; FSDP shards
+    weights, gradients and optimizer state and gathers one block's weights at a time."""
     top = dry.peak()
-    n = card.gpus
     state = top.weights + top.gradients + top.optimizer
     block = top.weights // max(1, dry.layers)
-    ddp = top.peak + top.gradients
-    fsdp = top.peak - state + math.ceil(state / n) + block
+    return top.peak + top.gradients, top.peak - state + math.ceil(state / gpus) + block
+
+
+def _multi_gpu(dry: Any, card: GpuCard, context: int) -> dict[str, Any] | None:
+    """DDP vs FSDP bytes per GPU on a machine of `card.gpus` cards (B3, B4)."""
+    if card.gpus < 2:
+        return None
+    ddp, fsdp = multi_gpu_bytes(dry, card.gpus)
     return {
-        "gpus": n,
+        "gpus": card.gpus,
         "ddp_per_gpu": _fit(card, ddp, context),
         "fsdp_per_gpu": _fit(card, fsdp, context),
         "sentence": (
             f"DDP keeps a full replica per GPU plus one bucket copy of the gradients "
-            f"({human_bytes(ddp)}); FSDP shards weights, gradients and optimizer state over {n} "
-            f"and gathers one block at a time ({human_bytes(fsdp)}); arithmetic on the dry "
-            f"run's {top.phase} split (B3, B4)"
+            f"({human_bytes(ddp)}); FSDP shards weights, gradients and optimizer state over "
+            f"{card.gpus} and gathers one block at a time ({human_bytes(fsdp)}); arithmetic on "
+            f"the dry run's {dry.peak().phase} split (B3, B4)"
         ),
     }
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tunepilot.measure.memory import human_bytes
 from tunepilot.sizing.catalog import Catalog, GpuCard
@@ -37,8 +37,7 @@ class WorkFlops:
     precision: str  # the precision the matmuls run in: training.precision
 
 
-@dataclass(frozen=True)
-class WorkBytes:
+class WorkBytes(NamedTuple):
     """What the I/O phases move: a checkpoint, the base weights a new process loads, the export."""
 
     checkpoint: int
