@@ -61,8 +61,10 @@ def plan(
     catalog: Catalog = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """The selection sheet (L1) and the 3/7/30-day rental plan (L3) from the latest pilot's
-    measurements and a fitted memory model (its held-out error is printed).
+    """The per-card sheet (L1) and the 3/7/30-day rental plan (L3), without a GPU: a dry run of
+    the campaign's exact step on every catalog card (fits, headroom, largest microbatch with and
+    without activation checkpointing, base dtypes, DDP vs FSDP), hours from the step's FLOPs
+    over each card's peak and a stated utilisation, or from a pilot on that very card.
 
     Example: tunepilot plan campaign.yaml --gpu "H100 80GB" --catalog my-prices.yaml
     """

@@ -267,7 +267,10 @@ def write_sizing(
     else:
         lines += _memory_section(state, out)
     try:
-        planned, plan_lines = build_plan(state.ws, gpu=gpu, catalog=catalog, pilot=payload)
+        splits = ({k: len(v) for k, v in state.prepared.splits.items()}
+                  if state.prepared is not None else None)  # fmt: skip
+        planned, plan_lines = build_plan(state.ws, gpu=gpu, catalog=catalog, pilot=payload,
+                                         splits=splits)  # fmt: skip
     except InputError as exc:
         out["sentence"] = f"not planned: {exc}"
         plan_lines = [f"**Not planned:** {exc}", ""]

@@ -68,22 +68,30 @@ def build_plan(
     gpu: str | None,
     catalog: Path | None,
     pilot: dict[str, Any] | None,
+    splits: dict[str, int] | None = None,
     runner: Callable[[Setting], Any] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """(sizing.json content, plan.md lines without its title): the per-card sheet, the
-    recommendation and the target card's rental plan. `runner` replaces the dry run."""
+    recommendation and the target card's rental plan. `splits` are the examples per split when
+    the caller has them; `runner` replaces the dry run."""
     from tunepilot.pilot.stale import measured_card
     from tunepilot.sizing.catalog import load_catalog
     from tunepilot.sizing.rental import plan_markdown, plan_rental
-    from tunepilot.sizing.sheet import card_rows, recommendation, sheet_inputs, work_of
+    from tunepilot.sizing.sheet import (
+        card_rows,
+        recommendation,
+        sheet_inputs,
+        smallest_fit,
+        work_of,
+    )
     from tunepilot.sizing.sheet_markdown import sheet_markdown
     from tunepilot.sizing.timing import seconds_on
 
     cards = load_catalog(catalog)
     target = cards.card(gpu) if gpu else None  # a wrong name is exit 2 before any dry run
     c = ws.campaign
-    prepared = ws.prepare(write=False, seal=False)
-    splits = {k: len(v) for k, v in prepared.splits.items()}
+    if splits is None:
+        splits = {k: len(v) for k, v in ws.prepare(write=False, seal=False).splits.items()}
     base = getattr(c.model, "base_dtype", None) or DEFAULT_GPU_BASE
     inputs = sheet_inputs(c, splits.get("train", 0), splits.get("validation", 0), base)
     if getattr(c.model, "base_dtype", None) is None:
@@ -112,10 +120,8 @@ def build_plan(
         "recommendation": chosen["card"] if chosen else None, "recommendation_sentence": why,
     }  # fmt: skip
     lines = [sheet_markdown(sheet, why)]
-    plan_card = target or next(
-        (cards.card(r["card"]) for r in sheet["rows"]
-         if r["configured"]["verdict"] == "PASS" and r["package"]), None,
-    )  # fmt: skip
+    smallest = smallest_fit(sheet)
+    plan_card = target or (cards.card(smallest["card"]) if smallest else None)
     seconds, basis = seconds_for(plan_card) if plan_card else (None, "no card fits")
     if seconds is None:
         out["sentence"] = f"no rental plan: {basis}"

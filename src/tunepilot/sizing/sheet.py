@@ -352,20 +352,24 @@ def _precision_effect(
     }  # fmt: skip
 
 
+def smallest_fit(sheet: dict[str, Any]) -> dict[str, Any] | None:
+    """The row of the single-machine card with the least memory that fits the configured step
+    with headroom: the cheapest class of card that does the job (prices are the user's)."""
+    fitting = [r for r in sheet["rows"] if r["configured"]["verdict"] == "PASS"]
+    return min(fitting, key=lambda r: (r["gpus"], r["memory_bytes"]), default=None)
+
+
 def recommendation(
     sheet: dict[str, Any], stack_backends: set[str]
 ) -> tuple[dict[str, Any] | None, str]:
-    """(row, sentence): the first card that fits the configured step with headroom, fewest
-    hours per currency unit unknown, so the one with the least memory first (the cheapest
-    class); recommended only where a pilot's stack gates passed on that backend (L2, B1)."""
-    fitting = [r for r in sheet["rows"] if r["configured"]["verdict"] == "PASS"]
-    if not fitting:
-        return (
-            None,
-            "no card of the catalog fits the configured step with headroom: see the "
-            "largest microbatch and base dtype columns",
+    """(row, sentence): the smallest card that fits, recommended only where a pilot's stack
+    gates passed on that card's backend (L2, B1)."""
+    row = smallest_fit(sheet)
+    if row is None:
+        return None, (
+            "no card of the catalog fits the configured step with headroom: see the largest "
+            "microbatch and base dtype columns"
         )
-    row = min(fitting, key=lambda r: (r["gpus"], r["memory_bytes"]))
     if row["backend"] not in stack_backends:
         checked = ", ".join(sorted(stack_backends)) or "no backend"
         return None, (
