@@ -8,45 +8,23 @@ from __future__ import annotations
 import math
 
 import pytest
-from tunepilot.sizing.dry_run import DryRun, PhaseSize
 
+from sizing_support import (
+    CONTEXT,
+    GIB,
+    LAYERS,
+    LENGTH,
+    PARAMS,
+    PER_EXAMPLE,
+    TRAINABLE,
+    fake_dry_run,
+)
 from tunepilot.sizing.catalog import load_catalog
-from tunepilot.sizing.sheet import DryRuns, Linear, Setting, SheetInputs, card_rows, recommendation
+from tunepilot.sizing.sheet import DryRuns, Linear, SheetInputs, card_rows, recommendation
 from tunepilot.sizing.sheet_markdown import sheet_markdown
 from tunepilot.sizing.timing import seconds_on
 
-GIB = 2**30
-PARAMS, TRAINABLE, LAYERS, LENGTH = 8_000_000_000, 20_000_000, 32, 2048
-WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "nf4": 0.55}
-PER_EXAMPLE = {False: 3 * GIB, True: GIB // 2}  # activations per example at LENGTH
-CONTEXT = 512 * 2**20
 CATALOG = load_catalog()
-
-
-def fake_dry_run(s: Setting) -> DryRun:
-    """Bytes: weights by base dtype, fp32 LoRA gradients and AdamW state, activations linear in
-    the microbatch (doubled in fp32), a fixed evaluation. FLOPs: 6 x params x tokens, 8 with
-    checkpointing (the recomputed forward)."""
-    weights = int(PARAMS * WEIGHT_BYTES[s.base_dtype])
-    act = s.microbatch * PER_EXAMPLE[s.checkpointing] * (2 if s.precision == "fp32" else 1)
-    tokens = s.microbatch * LENGTH
-    step_flops = (8 if s.checkpointing else 6) * PARAMS * tokens
-    inputs = {"microbatch": s.microbatch, "length": LENGTH, "base_dtype": s.base_dtype}
-
-    def phase(name: str, grads: int, opt: int, acts: int, temp: int, flops: int) -> PhaseSize:
-        return PhaseSize(name, weights, grads, opt, acts, temp, weights + grads + opt + acts + temp,
-                         flops, dict(inputs), [])  # fmt: skip
-
-    g, o = 4 * TRAINABLE, 8 * TRAINABLE
-    phases = [
-        phase("first step", g, o, act, GIB // 4, step_flops),
-        phase("steady step", g, o, act, GIB // 5, step_flops),
-        phase("evaluation", 0, o, GIB, 0, 2 * PARAMS * 32 * LENGTH),
-        phase("checkpoint", g, o, 0, 0, 0),
-        phase("export", 0, o, 0, 0, 0),
-    ]
-    return DryRun("llama-3-8b-config", "LlamaForCausalLM", LAYERS, (1, 2), TRAINABLE, PARAMS,
-                  phases, cuda_context_bytes=CONTEXT)  # fmt: skip
 
 
 def inputs(microbatch: int = 2, checkpointing: bool = False) -> SheetInputs:

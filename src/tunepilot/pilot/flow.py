@@ -11,8 +11,9 @@ the one memory probe, and writes `pilots/<pilot-id>/`:
 The pilot keeps its measurements, not its weights: the checkpoint, resume and export folders
 it wrote are deleted once measured (their manifests and metrics stay in gates.json).
 
-The plan in them is `plan.build_plan`'s, the same as `tunepilot plan` prints (pilot/plan.py):
-a dry run per card, hours from FLOPs unless this pilot ran on the card.
+The pilot measures; `tunepilot plan` sizes (pilot/plan.py): it adds the per-card sheet and the
+package to the latest pilot's sizing.json and plan.md when that pilot measured the same
+configuration.
 """
 
 from __future__ import annotations
@@ -243,11 +244,9 @@ def _grid_step(state: PilotState) -> Any:
 def write_sizing(
     state: PilotState, payload: dict[str, Any], *, gpu: str | None, catalog: Path | None
 ) -> dict[str, Any]:
-    """What this machine measured (updates arithmetic, memory grid and its held-out check),
-    then the per-card sheet and rental plan (`plan.build_plan`); writes sizing.json and plan.md
-    into the pilot folder and returns what sizing.json holds."""
-    from tunepilot.errors import InputError
-    from tunepilot.pilot.plan import build_plan
+    """What this machine measured (updates arithmetic, memory grid and its held-out check);
+    writes sizing.json and plan.md into the pilot folder and returns what sizing.json holds.
+    `tunepilot plan` adds the per-card sheet and the package to both (pilot/plan.py)."""
     from tunepilot.sizing.sheet import updates_sheet
 
     t, c = state.training, state.campaign
@@ -263,20 +262,17 @@ def write_sizing(
         held = f"held fixed: {out['updates']['held']}; follows: {out['updates']['follows']}"
         lines += ["## Updates (S7)", "", out["updates"]["rule"], "", f"Here: {shown}; {held}.", ""]
     if state.model is None or state.encoded is None or state.report is None:
-        out["memory"] = "not measured: the model did not load in the pilot (see the load gate)"
+        out["memory"] = "memory not sized here: the model did not load in the pilot (load gate)"
     else:
         lines += _memory_section(state, out)
-    try:
-        splits = ({k: len(v) for k, v in state.prepared.splits.items()}
-                  if state.prepared is not None else None)  # fmt: skip
-        planned, plan_lines = build_plan(state.ws, gpu=gpu, catalog=catalog, pilot=payload,
-                                         splits=splits)  # fmt: skip
-    except InputError as exc:
-        out["sentence"] = f"not planned: {exc}"
-        plan_lines = [f"**Not planned:** {exc}", ""]
-    else:
-        out.update(planned)
-    lines += plan_lines
+    asked = (f' --gpu "{gpu}"' if gpu else "") + (f" --catalog {catalog}" if catalog else "")
+    out["sentence"] = (
+        f"{out.get('memory', 'memory measured on this machine')}; the per-card sheet and the "
+        "3/7/30-day package: "
+        f"`tunepilot plan {state.ws.campaign_file}{asked}` (dry runs of this configuration, "
+        "hours from FLOPs, or from this pilot on the card it ran on)"
+    )
+    lines += [f"**Next:** {out['sentence']}.", ""]
     write_json(state.folder / "sizing.json", out)
     (state.folder / "plan.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return _json_safe(out)
@@ -298,8 +294,8 @@ def _memory_section(state: PilotState, out: dict[str, Any]) -> list[str]:
     except Exception as exc:
         if not is_out_of_memory(exc):
             raise
-        out["memory"] = f"not measured: the memory grid ran out of memory ({str(exc)[:200]})"
-        return [f"**Memory not measured:** {out['memory']}", ""]
+        out["memory"] = f"memory not sized here: the grid ran out of memory ({str(exc)[:200]})"
+        return [f"**{out['memory']}**", ""]
     fitted, check = fit_memory_model(points), holdout_error(points, holdout=holdout)
     out.update(memory_grid=points, memory_model=fitted.to_json(), holdout=check.to_json())
     verdict = out["holdout"]["verdict"]

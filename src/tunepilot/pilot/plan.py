@@ -145,13 +145,16 @@ def run_plan(ws: Workspace, *, gpu: str | None, as_json: bool, catalog: Path | N
     folder, pilot, note = matching_pilot(ws)
     out, lines = build_plan(ws, gpu=gpu or ws.campaign.rental.gpu, catalog=catalog, pilot=pilot)
     out["pilot_note"] = note
-    text = "\n".join([f"# Sizing and rental plan for {ws.campaign.name}", "", note + ".", "",
-                      *lines]) + "\n"  # fmt: skip
-    if folder is not None:  # the pilot's own measurements stay; the plan part is replaced
+    head = f"# Sizing and rental plan for {ws.campaign.name}"
+    text = "\n".join([head, "", note + ".", "", *lines]) + "\n"
+    if folder is not None:  # the pilot's own measurements stay; an earlier plan is replaced
         path = folder / "sizing.json"
         kept = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
         write_json(path, kept | out)
-        (folder / "plan.md").write_text(text, encoding="utf-8")
+        md = folder / "plan.md"
+        measured = md.read_text(encoding="utf-8") if md.is_file() else head + "\n"
+        measured = measured.split("\n## Per-card sheet")[0].split("\n**Next:**")[0].rstrip()
+        md.write_text("\n".join([measured, "", *lines]) + "\n", encoding="utf-8")
     if as_json:
         print_json(out)
     else:

@@ -1,0 +1,41 @@
+"""A hand-made dry run of an 8B-shaped LoRA step whose bytes and FLOPs are known exactly, for
+the tests of the per-card sheet and the plan (the real dry run is tested in test_dry_run.py).
+
+Imported by tests (pytest puts this folder on sys.path).
+"""
+
+from __future__ import annotations
+
+from tunepilot.sizing.dry_run import DryRun, PhaseSize
+
+from tunepilot.sizing.sheet import Setting
+
+GIB = 2**30
+PARAMS, TRAINABLE, LAYERS, LENGTH = 8_000_000_000, 20_000_000, 32, 2048
+WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "nf4": 0.55}
+PER_EXAMPLE = {False: 3 * GIB, True: GIB // 2}  # activations per example at LENGTH
+CONTEXT = 512 * 2**20
+def fake_dry_run(s: Setting) -> DryRun:
+    """Bytes: weights by base dtype, fp32 LoRA gradients and AdamW state, activations linear in
+    the microbatch (doubled in fp32), a fixed evaluation. FLOPs: 6 x params x tokens, 8 with
+    checkpointing (the recomputed forward)."""
+    weights = int(PARAMS * WEIGHT_BYTES[s.base_dtype])
+    act = s.microbatch * PER_EXAMPLE[s.checkpointing] * (2 if s.precision == "fp32" else 1)
+    tokens = s.microbatch * LENGTH
+    step_flops = (8 if s.checkpointing else 6) * PARAMS * tokens
+    inputs = {"microbatch": s.microbatch, "length": LENGTH, "base_dtype": s.base_dtype}
+
+    def phase(name: str, grads: int, opt: int, acts: int, temp: int, flops: int) -> PhaseSize:
+        return PhaseSize(name, weights, grads, opt, acts, temp, weights + grads + opt + acts + temp,
+                         flops, dict(inputs), [])  # fmt: skip
+
+    g, o = 4 * TRAINABLE, 8 * TRAINABLE
+    phases = [
+        phase("first step", g, o, act, GIB // 4, step_flops),
+        phase("steady step", g, o, act, GIB // 5, step_flops),
+        phase("evaluation", 0, o, GIB, 0, 2 * PARAMS * 32 * LENGTH),
+        phase("checkpoint", g, o, 0, 0, 0),
+        phase("export", 0, o, 0, 0, 0),
+    ]
+    return DryRun("llama-3-8b-config", "LlamaForCausalLM", LAYERS, (1, 2), TRAINABLE, PARAMS,
+                  phases, cuda_context_bytes=CONTEXT)  # fmt: skip
