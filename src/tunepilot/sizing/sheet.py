@@ -116,6 +116,11 @@ class Linear:
         ]
         return min(bounds) if bounds else None
 
+    def blocking(self, budget: float) -> str | None:
+        """The phase that does not fit `budget` even at microbatch 1 (e.g. evaluation with a
+        large eval batch), or None."""
+        return next((k for k, v in self.at_one.items() if v > budget), None)
+
 
 @dataclass
 class SheetInputs:
@@ -247,8 +252,8 @@ def card_rows(
     flops, io = work_of(configured, inputs)
     context = int(configured.cuda_context_bytes)
     rows = []
+    top = configured.peak()
     for card in catalog.cards:
-        top = configured.peak()
         budget = card.memory_bytes * (1 - MIN_HEADROOM) - context
         seconds, basis = seconds_for(card)
         package = None
@@ -268,7 +273,8 @@ def card_rows(
             "memory_bytes": card.memory_bytes, "peak_phase": top.phase,
             "configured": _fit(card, top.peak, context),
             "largest_microbatch": {"without checkpointing": ckpt[False].largest_microbatch(budget),
-                                   "with checkpointing": ckpt[True].largest_microbatch(budget)},
+                                   "with checkpointing": ckpt[True].largest_microbatch(budget),
+                                   "blocked_by": ckpt[True].blocking(budget)},
             "base_dtypes_that_fit": [d for d, peak in dtypes.items() if peak is not None
                                      and _fit(card, peak, context)["verdict"] == "PASS"],
             "multi_gpu": _multi_gpu(configured, card, context), "package": package,
@@ -280,7 +286,7 @@ def card_rows(
         "configured": asdict(base) | {"max_length": inputs.max_length,
                                       "accumulation": inputs.accumulation},
         "phases": [asdict(p) for p in configured.phases],
-        "checkpointing": _option_effect(ckpt, base.microbatch, runs, base, flops.per_update),
+        "checkpointing": _option_effect(ckpt, base.microbatch, runs, base),
         "precision": _precision_effect(configured, alt, base.precision, other, catalog),
         "base_dtypes": {d: peak for d, peak in dtypes.items()},
         "hours_basis": (
@@ -309,7 +315,7 @@ def _peak_or_none(runs: DryRuns, setting: Setting) -> int | None:
 
 
 def _option_effect(
-    ckpt: dict[bool, Linear], microbatch: int, runs: DryRuns, base: Setting, flops: float
+    ckpt: dict[bool, Linear], microbatch: int, runs: DryRuns, base: Setting
 ) -> dict[str, Any]:
     """Activation checkpointing off and on at the configured microbatch: peak and FLOPs."""
     out: dict[str, Any] = {}

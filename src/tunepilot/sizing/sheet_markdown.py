@@ -34,6 +34,8 @@ def _row(r: dict[str, Any]) -> str:
     big = r["largest_microbatch"]
     shown = ["any" if v is None else str(v) for v in (big["without checkpointing"],
                                                       big["with checkpointing"])]  # fmt: skip
+    if big.get("blocked_by"):
+        shown[-1] += f" ({big['blocked_by']} alone does not fit)"
     multi = r.get("multi_gpu")
     ddp_fsdp = (
         f"DDP {_gib(multi['ddp_per_gpu']['peak_bytes'])} / FSDP "
