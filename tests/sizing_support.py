@@ -7,7 +7,6 @@ Imported by tests (pytest puts this folder on sys.path).
 from __future__ import annotations
 
 from tunepilot.sizing.dry_run import DryRun, PhaseSize
-
 from tunepilot.sizing.sheet import Setting
 
 GIB = 2**30
