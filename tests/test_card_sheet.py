@@ -123,7 +123,7 @@ def test_item3_package_hours_come_from_the_dry_runs_flops_and_the_labelled_mfu(s
     assert pkg["plan"]["workload"]["seconds_per_update"] == pytest.approx(update)
     assert not pkg["measured"] and pkg["days"] == 3
     assert "fill in the price" in pkg["cost"]
-    assert row(s, "T4")["package"] is None and "no bf16" in row(s, "T4")["basis"]
+    assert row(s, "T4")["package"] is None and "does not fit the T4" in row(s, "T4")["basis"]
     assert "ASSUMPTION" in s["hours_basis"] and "MFU" in s["hours_basis"]
 
 

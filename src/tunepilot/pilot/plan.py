@@ -158,5 +158,5 @@ def run_plan(ws: Workspace, *, gpu: str | None, as_json: bool, catalog: Path | N
     if as_json:
         print_json(out)
     else:
-        console.print(text, markup=False)
+        console.print(text, markup=False, soft_wrap=True)  # markdown tables stay one line
     return 0

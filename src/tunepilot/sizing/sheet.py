@@ -256,6 +256,9 @@ def card_rows(
     for card in catalog.cards:
         budget = card.memory_bytes * (1 - MIN_HEADROOM) - context
         seconds, basis = seconds_for(card)
+        fit = _fit(card, top.peak, context)
+        if fit["verdict"] == "FAIL":
+            seconds, basis = None, f"no hours: the configured step does not fit the {card.name}"
         package = None
         if seconds is not None:
             prices = {d: card.package_price(d) for d in inputs.packages}
@@ -271,7 +274,7 @@ def card_rows(
         rows.append({
             "card": card.name, "backend": card.backend, "gpus": card.gpus,
             "memory_bytes": card.memory_bytes, "peak_phase": top.phase,
-            "configured": _fit(card, top.peak, context),
+            "configured": fit,
             "largest_microbatch": {"without checkpointing": ckpt[False].largest_microbatch(budget),
                                    "with checkpointing": ckpt[True].largest_microbatch(budget),
                                    "blocked_by": ckpt[True].blocking(budget)},
@@ -377,10 +380,13 @@ def recommendation(
             "microbatch and base dtype columns"
         )
     if row["backend"] not in stack_backends:
-        checked = ", ".join(sorted(stack_backends)) or "no backend"
+        checked = (
+            f"the pilot's stack gates passed on {', '.join(sorted(stack_backends))}, not on "
+            f"{row['backend']}" if stack_backends
+            else f"no pilot has passed the stack gates on {row['backend']}"
+        )  # fmt: skip
         return None, (
-            f"the {row['card']} is the smallest card that fits, but not recommended yet: the "
-            f"pilot's stack gates have passed on {checked}, not on {row['backend']}; run "
-            f"`tunepilot pilot` on the {row['card']} first (L2, B1)"
+            f"the {row['card']} is the smallest card that fits, but not recommended yet: "
+            f"{checked}; run `tunepilot pilot` on the {row['card']} first (L2, B1)"
         )
     return row, f"the {row['card']}: it fits with {row['configured']['headroom']:.0%} headroom"

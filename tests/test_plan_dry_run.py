@@ -1,0 +1,54 @@
+"""Issue 10's done-when: `tunepilot plan` on the banking77 campaign pointed at the shipped
+Llama-3-8B config prints, without a GPU and without a pilot, a per-card sheet and a 3/7/30-day
+package whose memory numbers are the dry run's and whose hours come from FLOPs and labelled
+assumptions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LLAMA_8B = ["model.name_or_path=llama-3-8b-config", "model.lora.target_modules=[q_proj,v_proj]",
+            "model.lora.modules_to_save=[score]"]  # fmt: skip
+
+
+def banking77(tmp_path: Path, shared_data: Path) -> Path:
+    """The example campaign in a scratch folder, its data paths pointed at the shared data."""
+    text = (REPO / "examples" / "banking77" / "campaign.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "campaign.yaml"
+    path.write_text(text.replace("../../../shared/data", str(shared_data)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow  # seven dry runs of an 8B step (2 and 3 blocks each): ~30 s quiet, 90 s loaded
+def test_item6_plan_on_banking77_with_the_llama_3_8b_config_without_a_gpu(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    from tunepilot.data.workspace import Workspace
+    from tunepilot.sizing.catalog import load_catalog
+    from tunepilot.sizing.dry_run import dry_run
+
+    path = banking77(tmp_path, shared_data)
+    cmd = [sys.executable, "-m", "tunepilot.cli", "plan", str(path), *LLAMA_8B]
+    done = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    sheet = out["sheet"]
+    assert sheet["model"] == "llama-3-8b-config" and sheet["layers"] == 32
+    assert [r["card"] for r in sheet["rows"]] == [c.name for c in load_catalog().cards]
+    # The memory numbers are the dry run's: the same step sized here gives the same phases.
+    ws = Workspace.open(path, LLAMA_8B)
+    direct = dry_run(ws, base_dtype="bf16")
+    assert [p["peak"] for p in sheet["phases"]] == [p.peak for p in direct.phases]
+    h100 = next(r for r in sheet["rows"] if r["card"] == "H100 80GB")
+    assert h100["configured"]["peak_bytes"] == direct.peak().peak + direct.cuda_context_bytes
+    # Hours from FLOPs and a labelled assumption, a package out of 3/7/30 days.
+    assert h100["package"]["days"] in (3, 7, 30) and not h100["package"]["measured"]
+    assert "ASSUMPTION" in sheet["hours_basis"] and "MFU" in sheet["hours_basis"]
+    assert out["plan"]["measured"] is False and out["plan"]["basis"].startswith("computed")
+    assert out["pilot_id"] is None and "no pilot has run" in out["pilot_note"]
