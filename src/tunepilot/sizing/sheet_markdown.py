@@ -87,7 +87,7 @@ def sheet_markdown(sheet: dict[str, Any], recommendation: str) -> str:
         f"- {sheet['precision']['sentence']}.",
         "- base dtype, peak at the configured step: "
         + ", ".join(
-            f"{d} {_gib(b) if b is not None else 'not sized'}"
+            f"{d} {human_bytes(b) if b is not None else 'not sized'}"
             for d, b in sheet["base_dtypes"].items()
         )
         + " (dry runs; nf4/int8 need bitsandbytes on CUDA, B1).",
