@@ -258,3 +258,24 @@ def test_d3_data_show_json_lists_every_step_and_writes_the_contact_sheet(campaig
 
     with Image.open(sheet) as image:  # 10 rows of 7 cells (stored + 6 stages)
         assert image.format == "PNG" and image.size[0] > 7 * 112 and image.size[1] > 10 * 112
+
+
+def test_d3_a_processors_centre_crop_is_shown_as_its_own_step(tmp_path) -> None:
+    """A wide photo resized then centre-cropped loses its sides: `data show` must say so."""
+    from PIL import Image
+    from transformers import BitImageProcessorPil
+
+    from tunepilot.campaign.image_settings import ImageSettings
+    from tunepilot.tasks.example import Example
+    from tunepilot.tasks.images import ImageEncoder
+
+    Image.new("RGB", (64, 32), (10, 200, 30)).save(tmp_path / "wide.png")
+    processor = BitImageProcessorPil(size={"shortest_edge": 40},
+                                     crop_size={"height": 24, "width": 24})  # fmt: skip
+    encoder = ImageEncoder(processor, ["a"], ImageSettings(), tmp_path, seed=0)
+    example = Example("x", "wide.png", "wide.png", "a")
+    stages = encoder.stages(example)
+    shapes = [(s.name, tuple(getattr(s.value, "shape", ()))) for s in stages[1:]]
+    assert shapes == [("processor resize", (3, 40, 80)), ("processor center crop", (3, 24, 24)),
+                      ("processor rescale", (3, 24, 24)), ("processor normalize", (3, 24, 24))]
+    assert torch.equal(stages[-1].value, encoder.encode(example).pixel_values)

@@ -155,8 +155,9 @@ class ImageEncoder(ClassificationEncoder):
         image = out[-1].value
         p = self.processor
         # The processor's own code with its later steps switched off: exactly what it does.
-        switches = [
+        switches = [  # the order transformers' image processors apply them in
             ("do_resize", "resize"),
+            ("do_center_crop", "center crop"),
             ("do_rescale", "rescale"),
             ("do_normalize", "normalize"),
         ]
