@@ -117,7 +117,7 @@ def test_item2_dry_run_builds_the_run_model_and_splits_each_phase_peak(llama_cam
 
 
 def test_item2_two_and_three_blocks_extrapolate_to_four(llama_campaign, tmp_path) -> None:
-    from tunepilot.sizing.dry_run import PHASES, dry_run
+    from tunepilot.sizing.dry_run import PHASES, _combine, dry_run
     from tunepilot.sizing.dry_run_config import architecture_config
     from tunepilot.sizing.dry_run_measure import Shape, measure_blocks
 
@@ -134,7 +134,7 @@ def test_item2_two_and_three_blocks_extrapolate_to_four(llama_campaign, tmp_path
                                 attention=None, device="cuda")  # fmt: skip
     direct = measure_blocks(arch, shape, 4)
     for name in PHASES:
-        got, want = predicted.phase(name), direct.phases[name]
+        got, want = predicted.phase(name), _combine(direct.phases, direct.phases, name, 0)
         # what every block holds repeats exactly
         assert (got.weights, got.gradients, got.optimizer, got.flops) == (
             want.weights, want.gradients, want.optimizer, want.flops)  # fmt: skip

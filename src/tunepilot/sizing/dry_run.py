@@ -132,7 +132,7 @@ def dry_run(
     m1 = measure_blocks(arch, shape, blocks[0])
     m2 = measure_blocks(arch, shape, blocks[1]) if blocks[1] != blocks[0] else m1
     a = blocks[0]
-    phases = [_extrapolate(m1.phases[p], m2.phases[p], layers - a) for p in PHASES]
+    phases = [_combine(m1.phases, m2.phases, p, layers - a) for p in PHASES]
     notes = [
         f"measured on the model with {a} and {blocks[1]} of its {layers} blocks on meta "
         f"tensors, extrapolated per component: total = m{a} + ({layers} - {a}) x "
@@ -170,6 +170,18 @@ def measured_blocks(layers: int) -> tuple[int, int]:
 def _line(m_a: int, m_b: int, more: int) -> int:
     """`more` blocks beyond the smaller measured model, each adding m_b - m_a."""
     return m_a + more * (m_b - m_a)
+
+
+def _combine(p1: dict[str, PhaseSize], p2: dict[str, PhaseSize], name: str,
+             more: int) -> PhaseSize:  # fmt: skip
+    """The phase `name` at full depth: each of its passes ("evaluation:loss", ...)
+    extrapolated, the one with the larger peak kept, the FLOPs of all of them."""
+    keys = [k for k in p1 if k == name or k.startswith(f"{name}:")]
+    sized = [_extrapolate(p1[k], p2[k], more) for k in keys]
+    best = max(sized, key=lambda p: p.peak)
+    best.flops = sum(p.flops for p in sized)
+    best.phase = name
+    return best
 
 
 def _extrapolate(p1: PhaseSize, p2: PhaseSize, more: int) -> PhaseSize:

@@ -195,7 +195,7 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
             inputs = shape.inputs(shape.microbatch, shape.length)
             phases[name] = _phase(name, tracker.breakdown(roles), count, extra, inputs, quant.notes)
             optimizer.zero_grad(set_to_none=True)
-        phases["evaluation"] = _forward_phase(
+        phases |= _forward_phase(
             "evaluation", model, optimizer, shape, tracker, extra,
             shape.eval_batch, shape.eval_length, quant.notes,
         )  # fmt: skip
@@ -206,7 +206,7 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
             ["safetensors copies each tensor to host memory: the device holds what is "
              "resident (weights, optimizer state), nothing more (analytical)"],
         )  # fmt: skip
-        phases["export"] = _forward_phase(
+        phases |= _forward_phase(
             "export", model, optimizer, shape, tracker, extra, 1, shape.length,
             ["the adapter is written from host copies; the control outputs are one "
              "forward per example, sized at batch 1 x the longest length"],
@@ -260,34 +260,61 @@ def train_step(
 def _forward_phase(
     name: str, model: Any, optimizer: Any, shape: Shape, tracker: Any,
     extra: dict[str, int], batch_size: int, length: int, notes: list[str],
-) -> PhaseSize:  # fmt: skip
-    """A no-grad forward (with the KV cache a generating evaluation keeps)."""
+) -> dict[str, PhaseSize]:  # fmt: skip
+    """No-grad forwards as evaluation (or export's control outputs) runs them.
+
+    Evaluation computes the validation loss (full logits, cast to fp32 for the loss) and, for
+    a generating task, then generates: a prefill that keeps only the last position's logits
+    and a KV cache that grows by max_new_tokens. The phase's peak is the larger of the two
+    passes; its FLOPs are both. Export's control outputs generate (or classify) only.
+    """
     import torch
 
-    from tunepilot.sizing.dry_run_tracker import model_roles
-
+    generating = shape.generates and shape.kind == "causal_lm"
+    passes = (["loss"] if name == "evaluation" else []) + (["prefill"] if generating else [])
+    said = {"loss": "the validation-loss forward (full logits in fp32)",
+            "prefill": "the generation prefill and its KV cache",
+            "forward": "the forward"}  # fmt: skip
     model.eval()
+    out = {}
+    with torch.no_grad():
+        for kind in passes or ["forward"]:
+            breakdown, count, terms = _one_pass(kind, model, optimizer, shape, tracker,
+                                                batch_size, length)  # fmt: skip
+            out[f"{name}:{kind}"] = _phase(name, breakdown, count, {**extra, **terms},
+                                           shape.inputs(batch_size, length),
+                                           [*notes, f"peak in {said[kind]}"])  # fmt: skip
+    model.train()
+    tracker.region = "setup"
+    return out
+
+
+def _one_pass(
+    kind: str, model: Any, optimizer: Any, shape: Shape, tracker: Any, batch_size: int,
+    length: int,
+) -> tuple[Any, int, dict[str, int]]:  # fmt: skip
+    """One forward pass's peak breakdown, FLOPs and added terms."""
+    from tunepilot.sizing.dry_run_tracker import model_roles
+    from tunepilot.train.batching import summed_loss
+
     tracker.reset_peak()
     tracker.region = "forward"
-    extra = dict(extra)
-    with torch.no_grad():
-        flops0, attn0 = tracker.flops, COUNTER[0]
-        batch = make_batch(shape, batch_size, length)
-        use_cache = shape.generates and shape.kind == "causal_lm"
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    use_cache=use_cache)  # fmt: skip
-        if use_cache:
-            cache = _cache_bytes(out)
-            growth = cache * shape.training.max_new_tokens // max(length, 1)
-            extra[f"KV cache growth over {shape.training.max_new_tokens} new tokens "
-                  "(analytical)"] = growth  # fmt: skip
-        roles = model_roles(tracker, model, optimizer)
-        breakdown = tracker.breakdown(roles)
-        count = tracker.flops - flops0 + COUNTER[0] - attn0
-        del out, batch
-    tracker.region = "setup"
-    model.train()
-    return _phase(name, breakdown, count, extra, shape.inputs(batch_size, length), notes)
+    flops0, attn0 = tracker.flops, COUNTER[0]
+    batch = make_batch(shape, batch_size, length)
+    terms: dict[str, int] = {}
+    if kind == "prefill":
+        out = model(input_ids=batch["input_ids"], use_cache=True, logits_to_keep=1)
+        growth = _cache_bytes(out) * shape.training.max_new_tokens // max(length, 1)
+        terms[f"KV cache growth over {shape.training.max_new_tokens} new tokens "
+              "(analytical)"] = growth  # fmt: skip
+    else:
+        out = model(input_ids=batch["input_ids"], use_cache=False)
+        if kind == "loss":
+            loss = summed_loss(out.logits, batch["labels"], shape.kind)
+            del loss
+    breakdown = tracker.breakdown(model_roles(tracker, model, optimizer))
+    del out, batch
+    return breakdown, tracker.flops - flops0 + COUNTER[0] - attn0, terms
 
 
 def _cache_bytes(out: Any) -> int:

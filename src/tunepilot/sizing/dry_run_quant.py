@@ -56,8 +56,8 @@ class QuantizedStorage:
             if name not in out.sizes and not param.requires_grad and param.is_floating_point():
                 out.sizes[name] = param.numel() * 4
         out.notes.append(
-            f"{base_dtype}: {sum(1 for n in out.sizes if n.endswith('weight'))} frozen linear "
-            f"weights counted at bitsandbytes {base_dtype} storage, other frozen tensors in "
+            f"{base_dtype}: frozen linear weights counted at bitsandbytes {base_dtype} storage "
+            "(output head kept as transformers keeps it), other frozen tensors in "
             "fp32 (prepare_model_for_kbit_training); compute sized in bf16 (analytical)"
         )
         return out
