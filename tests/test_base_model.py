@@ -151,6 +151,7 @@ def test_5b_hub_id_resolves_through_hf_hub_cache_env_offline_and_records_the_com
     assert any(f"resolved to commit {COMMIT}" in n for n in source["notes"])
 
 
+@pytest.mark.slow  # huggingface_hub retries the refused connection with back-off (~25 s)
 def test_5b_hub_id_not_cached_is_downloaded_without_any_tunepilot_variable(
     tmp_path: Path,
 ) -> None:
