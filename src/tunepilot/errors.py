@@ -7,9 +7,11 @@ instead of one error per run. The CLI turns an `InputError` into exit code 2.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -95,3 +97,112 @@ def reading(
         detail = str(exc).splitlines()[0][:200] if str(exc) else ""
         found = f"an unreadable {what} ({type(exc).__name__}{': ' + detail if detail else ''})"
         raise input_error(str(path), found, fix, title=title) from None
+
+
+# -- storage faults (a full disk, a file-size limit, a read-only folder) ----------------------
+
+_NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+# Libraries written in Rust (safetensors, tokenizers) and SQLite do not raise OSError: they
+# carry the OS error in their message, so the message is the only evidence there is.
+_NO_SPACE_TEXT = ("no space left", "file too large", "disk quota", "database or disk is full",
+                  "os error 28", "os error 27", "os error 122")  # fmt: skip
+_IO_TEXT = ("disk i/o error", "input/output error", "os error 5")
+_READ_ONLY_TEXT = ("read-only file system", "readonly database", "os error 30")
+
+
+def storage_fault(exc: BaseException) -> str | None:
+    """'no space', 'read-only' or 'I/O' when `exc` is a storage fault rather than a bug."""
+    code = exc.errno if isinstance(exc, OSError) else None
+    text = str(exc).lower()
+    if code in _NO_SPACE_ERRNOS or any(t in text for t in _NO_SPACE_TEXT):
+        return "no space"
+    if code == errno.EROFS or any(t in text for t in _READ_ONLY_TEXT):
+        return "read-only"
+    if code == errno.EIO or any(t in text for t in _IO_TEXT):
+        return "I/O"
+    return None
+
+
+def describe_bytes(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def space_facts(path: Path) -> str:
+    """What limits writing under `path`: free space on its disk and the file-size limit."""
+    import resource
+    import shutil
+
+    facts = []
+    folder = next((p for p in (path, *path.parents) if p.is_dir()), None)
+    if folder is not None:
+        facts.append(f"{describe_bytes(shutil.disk_usage(folder).free)} free on its disk")
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY:
+        facts.append(f"files limited to {describe_bytes(soft)} by the file-size limit (ulimit -f)")
+    return ", ".join(facts)
+
+
+def storage_error(
+    exc: BaseException, path: str | Path, needed: int | None = None, then: str = ""
+) -> InputError | None:
+    """The sentence for a storage fault while writing `path` (None for any other error).
+
+    `needed` is the size the write needed, when known; `then` is what to run once it is fixed.
+    """
+    fault = storage_fault(exc)
+    if fault is None:
+        return None
+    path = Path(path)
+    again = f", then {then}" if then else ", then run the command again"
+    if fault == "read-only":
+        return input_error(
+            str(path), f"the folder is read-only ({exc})",
+            f"make it writable (`chmod -R u+w {path.parent}`) or copy the campaign folder "
+            f"(`cp -a`) and work in the copy{again}; nothing recorded so far is lost",
+            title="cannot write: read-only folder",
+        )  # fmt: skip
+    need = f"it needs about {describe_bytes(needed)}" if needed else "its size is unknown"
+    found = ("the disk is full or a file-size limit was reached" if fault == "no space"
+             else "a disk I/O error (often a full disk or a file-size limit)")  # fmt: skip
+    return input_error(
+        str(path), f"{found} ({exc}); {need}; {space_facts(path)}",
+        f"free disk space or raise the limit (`ulimit -f unlimited`){again}; "
+        "nothing recorded so far is lost",
+        title="cannot write: out of space",
+    )  # fmt: skip
+
+
+@contextmanager
+def writing(path: str | Path, needed: int | None = None, then: str = "") -> Iterator[None]:
+    """Turn a storage fault inside the block into `storage_error`'s sentence (exit 2)."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as exc:
+        err = storage_error(exc, path, needed, then)
+        if err is None:
+            raise
+        raise err from None
+
+
+class Stopped(Exception):
+    """The process was asked to stop (SIGTERM, Ctrl-C) and stopped cleanly, its state saved.
+
+    Not a failure and not bad input: the command line exits 128 + the signal number, as a
+    shell reports a process ended by that signal, after printing `message`.
+    """
+
+    def __init__(self, message: str, signal_name: str) -> None:
+        super().__init__(message)
+        self.message, self.signal_name = message, signal_name
+
+    @property
+    def exit_code(self) -> int:
+        import signal
+
+        return 128 + int(signal.Signals[self.signal_name]) if self.signal_name else 130

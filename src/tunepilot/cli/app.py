@@ -111,7 +111,7 @@ def run_body(func, *args, **kwargs) -> None:
 
 def _outcome(func, args, kwargs, *, as_json: bool) -> int:
     from tunepilot.console import error_console, print_input_error, print_json
-    from tunepilot.errors import InputError
+    from tunepilot.errors import InputError, Stopped
 
     try:
         return int(func(*args, **kwargs) or 0)
@@ -121,6 +121,11 @@ def _outcome(func, args, kwargs, *, as_json: bool) -> int:
             print_json({"exit_code": 2, "error": err.title,
                         "problems": [vars(p) for p in err.problems]})  # fmt: skip
         return 2
+    except Stopped as stop:  # SIGTERM / Ctrl-C: state saved; exit as that signal would
+        error_console.print(f"[yellow]stopped:[/] {stop.message}", highlight=False)
+        if as_json:
+            print_json({"exit_code": stop.exit_code, "stopped": stop.message})
+        return stop.exit_code
     except (typer.Exit, KeyboardInterrupt):
         raise
     except Exception as exc:  # last resort: a sentence and a file, never a traceback

@@ -111,18 +111,27 @@ def resume(
     ] = None,
     nproc: Nproc = None,
     torchrun_arg: TorchrunArgs = None,
+    from_step: Annotated[
+        str | None,
+        typer.Option("--from", help="Resume from this checkpoint (step-N) instead of the newest."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Continue a run from its latest checkpoint in this new process: same step, lr, data
-    position and generators, so the curve continues exactly (R1).
+    """Continue a run from its newest checkpoint that verifies (a newer one that does not is
+    named and skipped) in this new process: same step, lr, data position and generators, so
+    the curve continues exactly (R1).
 
-    Example: tunepilot resume control-s0-1 campaign.yaml
+    Examples:
+
+      tunepilot resume control-s0-1 campaign.yaml
+
+      tunepilot resume control-s0-1 campaign.yaml --from step-000100
     """
     from tunepilot.experiments import flow as run_flow
 
     run_body(
         lambda: run_flow.resume_any(
-            open_workspace(args), run_id, stop_after, as_json, nproc, torchrun_arg
+            open_workspace(args), run_id, stop_after, as_json, nproc, torchrun_arg, from_step
         )
     )
 

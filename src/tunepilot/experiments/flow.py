@@ -22,11 +22,21 @@ def _open_ledger(ws: Workspace) -> Any:
     for dead in ledger.interrupted_on_open:  # stderr: a --json stdout holds the document only
         error_console.print(f"[yellow]marked {dead.run_id} interrupted[/]: {dead.reason}")
     try:
+        say_relocated(ledger)
         check_hypothesis(ws, ledger)
     except Exception:
         ledger.close()
         raise
     return ledger
+
+
+def say_relocated(ledger: Any) -> None:
+    """A moved or copied campaign folder reads its own run folders, and says so (stderr)."""
+    note = ledger.relocation_note()
+    if note:
+        from tunepilot.console import error_console
+
+        error_console.print(f"[yellow]note:[/] {note}", highlight=False)
 
 
 def check_hypothesis(ws: Workspace, ledger: Any) -> None:
@@ -111,16 +121,23 @@ def run_any(ws: Workspace, variants: list[str] | None, seeds: str | None,
 
 
 def resume_any(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool,
-               nproc: int | None = None, torchrun_args: list[str] | None = None) -> int:
-    """A run that trained with replicas resumes with the same strategy and world size."""
+               nproc: int | None = None, torchrun_args: list[str] | None = None,
+               from_step: str | None = None) -> int:
+    """A run that trained with replicas resumes with the same strategy and world size.
+    `from_step` (`step-N`) picks the checkpoint instead of the newest that verifies."""
     from tunepilot.experiments.jobs import distributed_settings_of, resume_distributed
+    from tunepilot.train.resume_point import parse_step
 
     with _open_ledger(ws) as ledger:  # an unknown id (or a path) is refused before any file read
         ledger.get_run(run_id)
+    step = None if from_step is None else parse_step(from_step)
     if distributed_settings_of(ws.runs_dir / run_id) is not None:
+        if step is not None:
+            raise input_error("--from", "a run trained with replicas resumes from its newest "
+                              "checkpoint that verifies", "leave out --from")  # fmt: skip
         return resume_distributed(ws, run_id, nproc, torchrun_args=torchrun_args or (),
                                   stop_after=stop_after)
-    return resume(ws, run_id, stop_after, as_json)
+    return resume(ws, run_id, stop_after, as_json, from_step=step)
 
 
 def retry(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool) -> int:
@@ -167,12 +184,14 @@ def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after
     return outcome_code(o.status for o in outcomes)
 
 
-def resume(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool) -> int:
+def resume(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool,
+           from_step: int | None = None) -> int:
     from tunepilot.console import console, print_json
     from tunepilot.experiments.runner import Session, execute_run
 
     with _open_ledger(ws) as ledger:
-        outcome = execute_run(Session(ws), ledger, resume_run_id=run_id, stop_after=stop_after)
+        outcome = execute_run(Session(ws), ledger, resume_run_id=run_id, stop_after=stop_after,
+                              from_step=from_step)  # fmt: skip
     if as_json:
         print_json(_outcome_json(outcome))
     else:

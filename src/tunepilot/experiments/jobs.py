@@ -283,7 +283,7 @@ def resume_distributed(
 
     with Ledger.open(ws.ledger_path) as ledger:
         row = ledger.get_run(run_id)
-    run_dir = Path(row.run_dir) if row.run_dir else ws.runs_dir / run_id
+        run_dir = ledger.run_folder(row)
     recorded = distributed_settings_of(run_dir)
     if recorded is None:
         raise input_error(f"run {run_id}", "trained in a single process",

@@ -10,6 +10,7 @@ row with the error; a killed process is found by the next command and marked int
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ LEDGER_STATUS = {
     "diverged": "diverged",
     "stopped_loss_bound": "diverged",
     "paused": "interrupted",
+    "stopped": "interrupted",  # SIGTERM or Ctrl-C, checkpoint saved at an update boundary
 }
 # One rule for outcomes (README, exit codes): a run that ended in one of these is a failed
 # check, exit 1; completed, or paused as asked with --stop-after, is exit 0.
@@ -192,35 +194,39 @@ def execute_run(
     retry_of: str | None = None,
     stop_after: int | None = None,
     progress: bool | None = None,
+    from_step: int | None = None,
 ) -> RunOutcome:
-    """Train one variant x seed (or resume one) and record everything in the ledger."""
+    """Train one variant x seed (or resume one) and record everything in the ledger.
+
+    `from_step` resumes from that checkpoint instead of the newest one that verifies. A
+    refusal (bad input, a checkpoint that does not verify) or a storage fault leaves the run
+    `interrupted`, resumable once the cause is fixed; SIGTERM or Ctrl-C saves a checkpoint at
+    the update boundary, records the stop and raises `Stopped`.
+    """
     from tunepilot.train.loop import train
+    from tunepilot.train.stopping import StopSignals
 
     ws = session.ws
+    resume_from: Path | None = None
     if resume_run_id is not None:
         row = ledger.get_run(resume_run_id)
         variant, seed, run_id = row.variant, row.seed, row.id
+        resume_from = resume_source(ws, run_id, ledger.run_folder(row), from_step)
     campaign = run_campaign_for(ws, variant, seed)
     encoded = session.encoded(campaign)
     data_version = encoded.prepared.version
-    if resume_run_id is None:
+    if resume_run_id is None:  # the id and its runs row land in one transaction
         if retry_of:  # a new id pointing at the original, which keeps its line (V3)
             run_id = ledger.retry(retry_of, reason="retry requested")
         else:
-            run_id = ledger.new_run_id(variant, seed)
-            ledger.register_run(
+            run_id = ledger.register_run(
                 campaign=ws.campaign.name, variant=variant, seed=seed,
                 config_hash=campaign.config_hash(), data_version=data_version,
                 control_run=control_run_for(ledger, seed) if variant != CONTROL else None,
                 diff=variant_diff(ws.campaign, variant),
                 budget=campaign.training.budget.model_dump(),
-                run_dir=str(ws.runs_dir / run_id),
-                metrics_file=str(ws.runs_dir / run_id / "metrics.jsonl"), run_id=run_id,
             )  # fmt: skip
-        write_run_files(ws.runs_dir / run_id, campaign, {
-            "run_id": run_id, "variant": variant, "seed": seed, "data_version": data_version,
-            "retry_of": retry_of})  # fmt: skip
-    run_dir = ws.runs_dir / run_id
+    run_dir = ledger.run_folder(run_id)
     ledger.set_status(run_id, "running", f"pid {os.getpid()}", pid=os.getpid())
     ledger.heartbeat(run_id, pid=os.getpid())
 
@@ -235,21 +241,29 @@ def execute_run(
         return last_eval[0].metrics
 
     try:
-        model = session.build_model(campaign, seed)
-        result = train(
-            model, encoded.train, campaign.training, run_dir, kind=model_kind(campaign),
-            pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point,
-            resume=run_dir if resume_run_id else None, on_update=on_update,
-            progress=progress, stop_after=stop_after, label=f"training {run_id}",
-            sinks=trackers_for(ws, campaign, run_id, variant, seed, data_version),
-        )  # fmt: skip
+        with StopSignals() as stop:
+            if resume_from is None:
+                write_run_files(run_dir, campaign, {
+                    "run_id": run_id, "variant": variant, "seed": seed,
+                    "data_version": data_version, "retry_of": retry_of})  # fmt: skip
+            model = session.build_model(campaign, seed)
+            result = train(
+                model, encoded.train, campaign.training, run_dir, kind=model_kind(campaign),
+                pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point, resume=resume_from,
+                on_update=on_update, progress=progress, stop_after=stop_after, stop=stop,
+                label=f"training {run_id}",
+                sinks=trackers_for(ws, campaign, run_id, variant, seed, data_version),
+            )  # fmt: skip
     except KeyboardInterrupt:
-        ledger.set_status(run_id, "interrupted", "stopped from the keyboard; resume it with "
-                          f"`tunepilot resume {run_id}`")
+        _record_end(ledger, run_id, "interrupted",
+                    f"stopped from the keyboard; {next_step(ws, run_id, run_dir)}")  # fmt: skip
         raise
     except Exception as exc:
-        ledger.set_status(run_id, "failed", f"{type(exc).__name__}: {exc}"[:2000])
+        _record_end(ledger, run_id, *failure_reason(ws, run_id, run_dir, exc))
         raise
+    if result.refused and result.resumed_from is not None:  # said on stderr by the loop too
+        ledger.add_note(f"{run_id} resumed from {result.resumed_from.name}: "
+                        f"{'; '.join(result.refused)}", run_id=run_id)  # fmt: skip
 
     status = LEDGER_STATUS[result.status]
     metrics: dict[str, Any] = {}
@@ -262,11 +276,65 @@ def execute_run(
             predictions=predictions_from_rows(final.rows),
         )  # fmt: skip
     reason = result.reason
-    if result.status == "paused":
-        reason += f"; continue with `tunepilot resume {run_id}`"
+    if result.status in ("paused", "stopped"):
+        kept = result.last_checkpoint
+        reason += f"; checkpoint {kept.name} saved" if kept else ""
+        reason += f"; {next_step(ws, run_id, run_dir)}"
     ledger.set_status(run_id, status, reason)
+    if result.status == "stopped":
+        from tunepilot.errors import Stopped
+
+        raise Stopped(f"{run_id}: {reason}", result.signal)
     return RunOutcome(run_id, status, reason, result.updates, run_dir, metrics,
                       result.update_seconds)
+
+
+def resume_source(ws: Workspace, run_id: str, run_dir: Path, from_step: int | None) -> Path:
+    """The folder `train` resumes from: the step asked for, or the run folder (its newest
+    checkpoint that verifies). A run with no checkpoint gets advice that works."""
+    from tunepilot.errors import input_error
+    from tunepilot.train.checkpoint import step_folder, step_folders
+
+    if from_step is not None:
+        return step_folder(run_dir, from_step)
+    if not step_folders(run_dir):
+        raise input_error(
+            f"run {run_id}", f"no checkpoint under {run_dir / 'checkpoints'}: it stopped before "
+            "its first one", f"start it again as a new attempt: `tunepilot run "
+            f"{ws.campaign_file} --retry {run_id}`", title="nothing to resume",
+        )  # fmt: skip
+    return run_dir
+
+
+def next_step(ws: Workspace, run_id: str, run_dir: Path) -> str:
+    """The command that continues a run: resume from a checkpoint, or retry without one."""
+    from tunepilot.train.checkpoint import latest_checkpoint
+
+    if latest_checkpoint(run_dir) is not None:
+        return f"continue with `tunepilot resume {run_id} {ws.campaign_file}`"
+    return (f"no checkpoint yet: start again with "
+            f"`tunepilot run {ws.campaign_file} --retry {run_id}`")  # fmt: skip
+
+
+def failure_reason(ws: Workspace, run_id: str, run_dir: Path, exc: Exception) -> tuple[str, str]:
+    """(status, reason) for a run that ended on an exception. A refusal or a storage fault
+    is the campaign's to fix, and the run stays resumable (`interrupted`); anything else is a
+    failure."""
+    from tunepilot.errors import InputError, storage_fault
+
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    if isinstance(exc, InputError | OSError) or storage_fault(exc) is not None:
+        return "interrupted", f"{text[:1800]}; once fixed, {next_step(ws, run_id, run_dir)}"
+    return "failed", text[:2000]
+
+
+def _record_end(ledger: Any, run_id: str, status: str, reason: str) -> None:
+    """Record how the run ended; a ledger that cannot be written (full disk) must not hide
+    the original error, and the next command marks the run interrupted anyway."""
+    from tunepilot.errors import InputError
+
+    with contextlib.suppress(InputError):
+        ledger.set_status(run_id, status, reason)
 
 
 def run_baseline(session: Session, ledger: Any) -> Any:
@@ -327,7 +395,7 @@ def load_trained_model(session: Session, ledger: Any, run_id: str) -> tuple[Any,
 
     row = ledger.get_run(run_id)
     campaign = run_campaign_for(session.ws, row.variant, row.seed)
-    run_dir = Path(row.run_dir) if row.run_dir else session.ws.runs_dir / run_id
+    run_dir = ledger.run_folder(row)  # under this campaign folder, never a recorded elsewhere
     folder = latest_checkpoint(run_dir)
     if folder is None:
         raise input_error(f"run {run_id}", f"no complete checkpoint under {run_dir}",

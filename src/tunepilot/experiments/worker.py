@@ -158,8 +158,9 @@ def execute_distributed_run(
                 signal.signal(signal.SIGTERM, previous)
 
         reason = result.reason + (
-            f"; continue with `tunepilot resume {run_id}`" if result.status == "paused" else ""
-        )
+            f"; continue with `tunepilot resume {run_id} {ws.campaign_file}`"
+            if result.status in ("paused", "stopped") else ""
+        )  # fmt: skip
         metrics: dict[str, Any] = {}
         if ledger is not None:
             if status == "completed":
@@ -193,9 +194,7 @@ def _start(
             config_hash=campaign.config_hash(), data_version=data_version,
             control_run=control_run_for(ledger, seed) if variant != CONTROL else None,
             diff=variant_diff(ws.campaign, variant),
-            budget={**campaign.training.budget.model_dump(), **shape},
-            run_dir=str(ws.runs_dir / run_id),
-            metrics_file=str(ws.runs_dir / run_id / "metrics.jsonl"), run_id=run_id,
+            budget={**campaign.training.budget.model_dump(), **shape}, run_id=run_id,
         )  # fmt: skip
         write_run_files(ws.runs_dir / run_id, campaign, {
             "run_id": run_id, "variant": variant, "seed": seed, "data_version": data_version,

@@ -233,6 +233,9 @@ class RunRow:
     reason: str
     status_at: str
     heartbeat_at: str | None = None
+    # Set when the ledger recorded this run's folder outside the current campaign folder
+    # (written before paths were stored relative, then moved or copied): never read.
+    recorded_outside: str | None = None
 
 
 @dataclass(frozen=True)

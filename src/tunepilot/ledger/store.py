@@ -17,7 +17,6 @@ What is stored, and why nothing is ever rewritten: `ledger_schema.py`.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -29,9 +28,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tunepilot.errors import input_error
+from tunepilot.errors import input_error, storage_error
 from tunepilot.ledger.evidence import EvidenceRecords
 from tunepilot.ledger.liveness import RunLiveness
+from tunepilot.ledger.paths import default_run_dir, relocation_note, run_row, to_stored
 from tunepilot.ledger.schema import (
     BASELINE,
     DEFAULT_REASON,
@@ -122,7 +122,7 @@ class Ledger(RunLiveness, EvidenceRecords):
             conn.close()
             if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
                 raise
-            raise input_error(str(db), f"not a readable ledger ({exc})", "move it away") from None
+            raise _open_error(db, exc) from None
         except BaseException:
             conn.close()
             raise
@@ -130,6 +130,20 @@ class Ledger(RunLiveness, EvidenceRecords):
 
     def close(self) -> None:
         self._conn.close()
+
+    @property
+    def root(self) -> Path:
+        """The campaign folder: every path the ledger stores is relative to it."""
+        return self.path.parent
+
+    def run_folder(self, run: str | RunRow) -> Path:
+        """A run's folder under the *current* campaign folder (ledger/paths.py)."""
+        row = self.get_run(run) if isinstance(run, str) else run
+        return self.root / (row.run_dir or default_run_dir(row.id))
+
+    def relocation_note(self) -> str | None:
+        """A sentence when old rows point outside this folder (it was moved or copied)."""
+        return relocation_note(self.root, self.list_runs())
 
     def __enter__(self) -> Ledger:
         return self
@@ -170,6 +184,11 @@ class Ledger(RunLiveness, EvidenceRecords):
                     raise
                 attempt += 1
                 time.sleep(random.uniform(0, min(0.01 * 2**attempt, 0.5)))
+            except sqlite3.DatabaseError as exc:  # a full disk, a read-only folder
+                err = storage_error(exc, self.path)
+                if err is None:
+                    raise
+                raise err from None
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """fn inside one BEGIN IMMEDIATE transaction: all of its rows land, or none."""
@@ -247,9 +266,11 @@ class Ledger(RunLiveness, EvidenceRecords):
     ) -> str:
         """Record a run as planned (or running) and return its id (V1, V2).
 
-        `run_id`: one reserved with `new_run_id`, a fresh explicit id, or None to reserve one.
-        `control_run`: the control's run id, or the control variant's name. Give `run_dir`
-        relative to the campaign folder so the ledger survives a moved folder.
+        `run_id`: one reserved with `new_run_id`, a fresh explicit id, or None to reserve one
+        in the same transaction (then the id never exists without its row). `control_run`:
+        the control's run id, or the control variant's name. `run_dir` defaults to
+        runs/<id>; it is stored relative to the campaign folder, so a copied folder reads
+        its own runs.
         """
         if status not in TRANSITIONS[None]:
             raise input_error("status", repr(status), "register a run as planned or running")
@@ -258,8 +279,8 @@ class Ledger(RunLiveness, EvidenceRecords):
                 raise input_error(key, "empty", "record what the run trains on (V2)")
         diff_json = dumps(dict(diff or {}), "diff")
         budget_json = dumps(dict(budget or {}), "budget")
-        if metrics_file is None and run_dir is not None:
-            metrics_file = Path(run_dir) / "metrics.jsonl"
+        run_dir = to_stored(self.root, run_dir, "run_dir")
+        metrics_file = to_stored(self.root, metrics_file, "metrics_file")
 
         def write(conn: sqlite3.Connection) -> str:
             rid = run_id or self._allocate(conn, variant, seed)
@@ -273,12 +294,14 @@ class Ledger(RunLiveness, EvidenceRecords):
                 )
             if retry_of is not None:
                 self._require_run(conn, retry_of)
+            folder = run_dir or default_run_dir(rid)
+            metrics = metrics_file or f"{folder}/metrics.jsonl"
             # fmt: off
             values = dict(id=rid, campaign=campaign, variant=variant, seed=seed,
                           control_run=control_run, retry_of=retry_of, config_hash=config_hash,
                           data_version=data_version, eval_config_hash=eval_config_hash,
-                          diff=diff_json, budget=budget_json, run_dir=_opt_str(run_dir),
-                          metrics_file=_opt_str(metrics_file))
+                          diff=diff_json, budget=budget_json, run_dir=folder,
+                          metrics_file=metrics)
             # fmt: on
             insert(conn, "runs", created_at=utc_now(), pid=os.getpid(), host=self._host, **values)
             self._insert_status(conn, rid, status, reason, None)
@@ -301,17 +324,13 @@ class Ledger(RunLiveness, EvidenceRecords):
         old = self.get_run(run_id)
         if old.status == "running":
             raise input_error(f"run {run_id}", "is still running", "wait for it or stop it first")
-        new_id = self.new_run_id(old.variant, old.seed)
-        if run_dir is None and old.run_dir and Path(old.run_dir).name == run_id:
-            run_dir = Path(old.run_dir).parent / new_id  # runs/<id> -> runs/<new id>
         kept = ("campaign", "variant", "seed", "data_version", "eval_config_hash", "control_run")
         return self.register_run(
             **{k: getattr(old, k) for k in kept},
             config_hash=config_hash or old.config_hash,
             diff=old.diff if diff is None else diff,
             budget=old.budget if budget is None else budget,
-            run_dir=run_dir,
-            run_id=new_id,
+            run_dir=run_dir,  # None: runs/<new id>
             retry_of=run_id,
             reason=f"retry of {run_id}" + (f": {reason}" if reason else ""),
         )
@@ -322,13 +341,13 @@ class Ledger(RunLiveness, EvidenceRecords):
 
     def list_runs(self) -> list[RunRow]:
         """Every run in the order registered, failures included, with its current status."""
-        return [_run_row(r) for r in self._rows(self._RUNS_SQL + " ORDER BY r.rowid")]
+        return [run_row(r, self.root) for r in self._rows(self._RUNS_SQL + " ORDER BY r.rowid")]
 
     def get_run(self, run_id: str) -> RunRow:
         rows = self._rows(self._RUNS_SQL + " WHERE r.id = ?", (run_id,))
         if not rows:
             self._require_run(self._conn, run_id)
-        return _run_row(rows[0])
+        return run_row(rows[0], self.root)
 
     # -- statuses ----------------------------------------------------------------------------
     def _insert_status(
@@ -390,11 +409,21 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
-def _opt_str(value: str | Path | None) -> str | None:
-    return None if value is None else str(value)
-
-
-def _run_row(r: sqlite3.Row) -> RunRow:
-    d = dict(r)
-    d["diff"], d["budget"] = json.loads(d["diff"]), json.loads(d["budget"])
-    return RunRow(**d)
+def _open_error(db: Path, exc: sqlite3.DatabaseError) -> Exception:
+    """Why a ledger would not open, with a fix that never loses its history."""
+    if not os.access(db.parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
+        return input_error(
+            str(db), f"the campaign folder {db.parent} is read-only ({exc}); the ledger "
+            "needs to write beside itself even to read (SQLite WAL)",
+            f"make it writable (`chmod -R u+w {db.parent}`) or copy the whole folder "
+            "(`cp -a`) and work in the copy; keep the ledger file, it is the campaign's history",
+            title="cannot open the ledger: read-only folder",
+        )  # fmt: skip
+    err = storage_error(exc, db)
+    if err is not None:
+        return err
+    return input_error(
+        str(db), f"not a readable ledger ({exc})",
+        "restore tunepilot.db (with its -wal file) from a backup or a copy of the campaign "
+        "folder; do not delete it, it is the campaign's history",
+    )  # fmt: skip

@@ -179,16 +179,8 @@ def _evaluation(e: Any) -> dict[str, Any]:
             "at": e.at, "n_predictions": e.n_predictions}  # fmt: skip
 
 
-def _run_dir(ws: Workspace, row: Any) -> Path:
-    """The run's folder: as recorded, or under this campaign folder when it was moved."""
-    recorded = Path(row.run_dir) if row.run_dir else None
-    if recorded is not None and not recorded.is_absolute():
-        recorded = ws.root / recorded
-    return recorded if recorded is not None and recorded.is_dir() else ws.runs_dir / row.id
-
-
 def _run(ws: Workspace, ledger: Any, row: Any) -> dict[str, Any]:
-    folder = _run_dir(ws, row)
+    folder = ledger.run_folder(row)  # under this campaign folder, even when it was moved
     curve: dict[int, float | None] = {}
     for rec in read_jsonl(folder / "metrics.jsonl"):  # the loop's full record (V5)
         if isinstance(rec.get("update"), int):

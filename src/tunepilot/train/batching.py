@@ -13,14 +13,16 @@ An update is a list of microbatches (lists of example indices). Only the last up
 epoch can be partial, and only its last microbatch can be short; the loop normalises the loss
 by the target count of the whole update, so a partial update is as well-defined as a full
 one (S2). The two halves of that normalisation, `count_targets` (the denominator) and
-`summed_loss` (the numerator), live together at the end of this file.
+`summed_loss` (the numerator), live together at the end of this file, with
+`backward_update`, which applies them to one update's microbatches.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -264,3 +266,38 @@ def summed_loss(logits: torch.Tensor, labels: torch.Tensor, kind: Kind) -> torch
         ignore_index=IGNORE_INDEX,
         reduction="sum",
     )
+
+
+def backward_update(
+    model: Any,
+    microbatches: list[dict[str, torch.Tensor]],
+    kind: Kind,
+    normaliser: float,
+    *,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    scaler: Any = None,
+    is_ddp: bool = False,
+    weight: float = 1.0,
+) -> torch.Tensor:
+    """Forward + backward every microbatch of one update; returns the detached loss sum.
+
+    `normaliser` is the target count of the whole update (all microbatches, all ranks), so
+    the accumulated gradient is that of the update's mean loss (S2). `weight` 0 makes a pass
+    that contributes nothing, for a DDP rank without a share of a partial update.
+    """
+    import torch
+
+    total = torch.zeros((), dtype=torch.float64)
+    for i, batch in enumerate(microbatches):
+        # Under DDP only the last microbatch's backward all-reduces the gradients.
+        last = i == len(microbatches) - 1
+        with contextlib.nullcontext() if last or not is_ddp else model.no_sync():
+            with autocast():
+                extra = {"use_cache": False} if kind == "causal_lm" else {}
+                inputs = {k: v for k, v in batch.items() if k != "labels"}  # token ids or pixels
+                logits = model(**inputs, **extra).logits
+            loss = summed_loss(logits, batch["labels"], kind) * weight
+            scaled = loss / normaliser
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        total += loss.detach().to(device="cpu", dtype=torch.float64)
+    return total

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.campaign import stable_hash
-from tunepilot.errors import InputError, Problem, input_error, reading
+from tunepilot.errors import InputError, Problem, input_error, reading, writing
 from tunepilot.train import rng
 from tunepilot.train.manifest import (
     FORMAT,
@@ -97,40 +97,50 @@ def save_checkpoint(
     `rng_states`: every rank's generators (`rng.gather`) under data replicas; None saves
     this process's own.
     """
-    from safetensors.torch import save_file, save_model
-
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):  # left by a save that was killed half-way
         shutil.rmtree(stale, ignore_errors=True)
     final = step_folder(run_dir, update)
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
-    tmp.mkdir()
 
-    # Weights: an adapter in PEFT's own format so `PeftModel.from_pretrained` reads it as is.
-    inner = unwrap(model)
-    if _is_peft(inner):
-        inner.save_pretrained(str(tmp), safe_serialization=True)
-    else:
-        save_model(inner, str(tmp / _FULL_WEIGHTS))  # handles tied weights, unlike save_file
+    def write() -> None:
+        from safetensors.torch import save_file, save_model
 
-    tensors, opt_json = _flatten_optimizer(optimizer.state_dict())
-    save_file(tensors, str(tmp / "optimizer.safetensors"))
-    write_json(tmp / "optimizer.json", opt_json)
+        # Weights: an adapter in PEFT's own format so `PeftModel.from_pretrained` reads it as is.
+        inner = unwrap(model)
+        if _is_peft(inner):
+            inner.save_pretrained(str(tmp), safe_serialization=True)
+        else:
+            save_model(inner, str(tmp / _FULL_WEIGHTS))  # handles tied weights, unlike save_file
 
-    rng_json, rng_tensors = rng.to_files(rng_states or [rng.capture()])
-    save_file(rng_tensors, str(tmp / "rng.safetensors"))
-    state = {
-        "format": FORMAT,
-        "update": update,
-        "scheduler_step": update,  # the lr is a pure function of this (schedule.py)
-        "sampler": sampler_state,
-        **rng_json,
-        "weights": "peft" if _is_peft(inner) else "full",
-        **extra,
-    }
-    write_json(tmp / "state.json", state)
-    write_manifest(tmp)
+        tensors, opt_json = _flatten_optimizer(optimizer.state_dict())
+        save_file(tensors, str(tmp / "optimizer.safetensors"))
+        write_json(tmp / "optimizer.json", opt_json)
+
+        rng_json, rng_tensors = rng.to_files(rng_states or [rng.capture()])
+        save_file(rng_tensors, str(tmp / "rng.safetensors"))
+        state = {
+            "format": FORMAT,
+            "update": update,
+            "scheduler_step": update,  # the lr is a pure function of this (schedule.py)
+            "sampler": sampler_state,
+            **rng_json,
+            "weights": "peft" if _is_peft(inner) else "full",
+            **extra,
+        }
+        write_json(tmp / "state.json", state)
+        write_manifest(tmp)
+
+    # A full disk or a file-size limit is a sentence naming the folder and the size, and
+    # leaves no half-written folder behind (the previous checkpoints stay).
+    try:
+        with writing(tmp, _state_bytes(model, optimizer)):
+            tmp.mkdir()
+            write()
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
     # Rename into place. A folder of the same step (a resume from an earlier step that
     # reaches it again) is moved aside first: os.replace cannot replace a non-empty folder.
@@ -144,6 +154,22 @@ def save_checkpoint(
     fsync_dir(root)
     _keep_last(root, update, keep_last)
     return final
+
+
+def _state_bytes(model: Any, optimizer: torch.optim.Optimizer) -> int:
+    """About what a checkpoint writes: the weights saved plus the optimizer's tensors."""
+    import torch
+
+    inner = unwrap(model)
+    saved = [p for p in inner.parameters() if p.requires_grad or not _is_peft(inner)]
+    weights = sum(p.numel() * p.element_size() for p in saved)
+    state = sum(
+        v.numel() * v.element_size()
+        for per_param in optimizer.state.values()
+        for v in per_param.values()
+        if isinstance(v, torch.Tensor)
+    )
+    return weights + state
 
 
 def _flatten_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -176,15 +202,17 @@ def _keep_last(root: Path, newest: int, keep_last: int) -> None:
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The highest complete step folder of a run (one with a MANIFEST.json), or None."""
+    done = [p for p in step_folders(run_dir) if (p / "MANIFEST.json").is_file()]
+    return done[0] if done else None
+
+
+def step_folders(run_dir: Path) -> list[Path]:
+    """Every step folder of a run, complete or not, newest first."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
-        return None
-    done = [
-        (step, p)
-        for p in root.iterdir()
-        if (step := _step_of(p)) is not None and (p / "MANIFEST.json").is_file()
-    ]
-    return max(done)[1] if done else None
+        return []
+    steps = [(step, p) for p in root.iterdir() if (step := _step_of(p)) is not None]
+    return [p for _, p in sorted(steps, reverse=True)]
 
 
 def run_identity(settings: Any, data: Sequence[Any]) -> dict[str, str]:

@@ -19,18 +19,19 @@ Read `train` top to bottom; it is the whole story. The decisions that matter:
   update is not applied and its line is kept, V3), a loss bound and a wall clock.
 * Resume (R1) restores weights, optimizer, sampler position and generators (every rank's:
   each draws its own dropout masks), and the lr is a pure function of the update index, so a
-  resumed run continues the identical curve.
+  resumed run continues the identical curve. Checkpoints are taken on a schedule (automatic
+  by default: under 2% of the wall time), at the end, and at the update boundary after a
+  SIGTERM or Ctrl-C (stopping.py), so a preempted run has a point to resume from.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from tunepilot.errors import input_error
 from tunepilot.model.build import enable_activation_checkpointing
@@ -38,10 +39,15 @@ from tunepilot.progress import Progress
 from tunepilot.tasks.base import Encoded
 from tunepilot.train import rng
 from tunepilot.train.arithmetic import UpdatePlan, plan_updates
-from tunepilot.train.batching import Kind, UpdateSampler, collate, count_targets, summed_loss
+from tunepilot.train.batching import (  # backward_update: re-exported for the pilot's gates
+    Kind,
+    UpdateSampler,
+    backward_update,
+    collate,
+    count_targets,
+)
 from tunepilot.train.checkpoint import (
     check_identity,
-    latest_checkpoint,
     load_checkpoint,
     restore_position,
     run_identity,
@@ -57,12 +63,13 @@ from tunepilot.train.distributed import (
 from tunepilot.train.optimizer import build_optimizer
 from tunepilot.train.precision import autocast_and_scaler
 from tunepilot.train.records import Records, RecordSink
+from tunepilot.train.resume_point import load_resumable
 from tunepilot.train.schedule import lr_at
+from tunepilot.train.stopping import CheckpointSchedule, StopSignals
 
-if TYPE_CHECKING:
-    import torch
-
-Status = Literal["completed", "diverged", "stopped_loss_bound", "stopped_wall_clock", "paused"]
+Status = Literal[
+    "completed", "diverged", "stopped_loss_bound", "stopped_wall_clock", "paused", "stopped"
+]
 
 
 @dataclass
@@ -77,6 +84,9 @@ class TrainResult:
     plan: UpdatePlan | None = None
     last_checkpoint: Path | None = None
     update_seconds: list[float] = field(default_factory=list)  # this call's updates only
+    resumed_from: Path | None = None
+    refused: list[str] = field(default_factory=list)  # newer checkpoints that did not verify
+    signal: str = ""  # SIGTERM or SIGINT when status is "stopped"
 
 
 def train(
@@ -96,6 +106,7 @@ def train(
     stop_after: int | None = None,
     sinks: Sequence[RecordSink] = (),
     label: str = "training",
+    stop: StopSignals | None = None,
 ) -> TrainResult:
     """Train `model` in place on `train_data` under `settings` (a TrainingSettings).
 
@@ -104,6 +115,8 @@ def train(
     "paused", checkpoint written): a planned interruption, e.g. to test resume (R1).
     `progress` False hides rank 0's progress (a bar on a terminal, a line a minute in logs).
     Records go to metrics.jsonl / evals.jsonl and then to `sinks` (trackers, rank 0 only).
+    `stop`: the caller's listener for SIGTERM/SIGINT (None: listen while training); a signal
+    ends the call at the next update boundary with a checkpoint (status "stopped").
     With world_size > 1 the process group must be initialised; a DDP-wrapped or FSDP2
     (`fully_shard`) model syncs its own gradients, a plain one is synced here. Under FSDP2
     every rank also runs `evaluate` (its forwards are collectives). Every rank joins
@@ -151,19 +164,18 @@ def train(
     records = Records(run_dir, rank, sinks)
     done, examples_seen, elapsed_before = 0, 0, 0.0
     last_checkpoint: Path | None = None
-    if resume is not None:
-        folder = Path(resume)
-        folder = folder if (folder / "MANIFEST.json").exists() else latest_checkpoint(folder)
-        if folder is None:
-            raise input_error(
-                str(resume), "no complete checkpoint here",
-                "give a step folder (runs/<id>/checkpoints/step-NNNNNN) or a run folder",
-                title="nothing to resume",
-            )  # fmt: skip
-        state = (load_gathered_checkpoint if is_fsdp else load_checkpoint)(folder, model, optimizer)
+    refused: list[str] = []
+    resumed_from: Path | None = None
+    if resume is not None:  # a step folder, or the newest verified one of a run folder
+        load = load_gathered_checkpoint if is_fsdp else load_checkpoint
+        folder, state, refused = load_resumable(Path(resume), lambda f: load(f, model, optimizer))
+        if refused and rank == 0:
+            _say(f"resuming from {folder.name}: newer checkpoint(s) did not verify and their "
+                 f"updates will be trained again: {'; '.join(refused)}")  # fmt: skip
         check_identity(folder, state, identity)
         done, examples_seen, elapsed_before = restore_position(folder, state, sampler, scaler)
         last_checkpoint = folder
+        resumed_from = folder
         records.rewind(done)
         generators = rng.of_rank(state, state["rng_tensors"], rank)
         if generators is not None:
@@ -185,6 +197,7 @@ def train(
     last_loss: float | None = None
     update_seconds: list[float] = []
     bar = Progress(label, total, "updates", done=done, show=rank == 0 and progress is not False)
+    schedule = CheckpointSchedule(settings.checkpoint_every)
 
     def elapsed() -> float:
         return elapsed_before + time.monotonic() - start
@@ -198,9 +211,11 @@ def train(
             "elapsed_seconds": elapsed(),
             "grad_scaler": scaler.state_dict() if scaler is not None else None, **identity,
         }  # fmt: skip
-        keep = settings.keep_last_checkpoints
+        keep, tick = settings.keep_last_checkpoints, time.perf_counter()
         save = save_gathered_checkpoint if is_fsdp else save_checkpoint
-        return save(run_dir, done, model, optimizer, sampler.state_dict(), extra, keep, generators)
+        saved = save(run_dir, done, model, optimizer, sampler.state_dict(), extra, keep, generators)
+        schedule.saved(time.perf_counter() - tick)
+        return saved
 
     deterministic_before = torch.are_deterministic_algorithms_enabled()
     if device.type == "cpu":  # CUDA would also need CUBLAS_WORKSPACE_CONFIG; CPU is exact
@@ -208,7 +223,9 @@ def train(
     ended = "failed"  # what the trackers hear if an exception leaves the loop
     bar.start()
     records.start(done)
+    signals = stop or StopSignals()
     try:
+        signals.__enter__()
         while done < total:
             tick = time.perf_counter()
             batch = sampler.next_update()
@@ -285,10 +302,11 @@ def train(
                 on_update(record)
             bar.advance(done, f"loss {loss:.4f}")
 
-            # 5. Evaluate and checkpoint on their schedules (rank 0 holds the files).
+            # 5. Evaluate and checkpoint on their schedules (rank 0 holds the files). The
+            # automatic schedule reads the clock, so replicas decide together.
             if evaluate is not None and joins and done % settings.eval_every == 0:
                 _evaluate(model, evaluate, records, done)
-            if settings.checkpoint_every and done % settings.checkpoint_every == 0:
+            if _all_reduce(float(schedule.due(done, update_seconds[-1])), world_size):
                 last_checkpoint = checkpoint()
 
             # 6. Stop causes that end the run after an applied update.
@@ -300,59 +318,31 @@ def train(
             if stop_after is not None and stop_after <= done < total:
                 status, reason = "paused", f"paused after update {done} as asked (stop_after)"
                 break
+            if _all_reduce(float(signals.received is not None), world_size) and done < total:
+                status = "stopped"
+                reason = f"stopped by {signals.name or 'a signal'} after update {done}"
+                break
 
         # The end: a last validation point (V5) and a checkpoint to resume or export from.
         # A diverged run keeps its weights from before the bad update but saves nothing.
         if status != "diverged":
-            last_eval_due = status != "paused" and done % settings.eval_every
+            last_eval_due = status not in ("paused", "stopped") and done % settings.eval_every
             if evaluate is not None and joins and last_eval_due:
                 _evaluate(model, evaluate, records, done)
             if last_checkpoint is None or last_checkpoint.name != f"step-{done:06d}":
                 last_checkpoint = checkpoint()
         ended = status
     finally:
+        signals.__exit__(None, None, None)
         bar.stop(ended)
         records.close(ended)
         torch.use_deterministic_algorithms(deterministic_before)
 
     return TrainResult(
-        status, done, last_loss, reason, examples_seen, plan, last_checkpoint, update_seconds
-    )
-
-
-def backward_update(
-    model: Any,
-    microbatches: list[dict[str, torch.Tensor]],
-    kind: Kind,
-    normaliser: float,
-    *,
-    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
-    scaler: Any = None,
-    is_ddp: bool = False,
-    weight: float = 1.0,
-) -> torch.Tensor:
-    """Forward + backward every microbatch of one update; returns the detached loss sum.
-
-    `normaliser` is the target count of the whole update (all microbatches, all ranks), so
-    the accumulated gradient is that of the update's mean loss (S2). `weight` 0 makes a pass
-    that contributes nothing, for a DDP rank without a share of a partial update.
-    """
-    import torch
-
-    total = torch.zeros((), dtype=torch.float64)
-    for i, batch in enumerate(microbatches):
-        # Under DDP only the last microbatch's backward all-reduces the gradients.
-        last = i == len(microbatches) - 1
-        with contextlib.nullcontext() if last or not is_ddp else model.no_sync():
-            with autocast():
-                extra = {"use_cache": False} if kind == "causal_lm" else {}
-                inputs = {k: v for k, v in batch.items() if k != "labels"}  # token ids or pixels
-                logits = model(**inputs, **extra).logits
-            loss = summed_loss(logits, batch["labels"], kind) * weight
-            scaled = loss / normaliser
-            (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        total += loss.detach().to(device="cpu", dtype=torch.float64)
-    return total
+        status, done, last_loss, reason, examples_seen, plan, last_checkpoint, update_seconds,
+        resumed_from=resumed_from, refused=refused,
+        signal=signals.name if status == "stopped" else "",
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,3 +386,9 @@ def _evaluate(
         finally:
             inner.train()
     records.evaluation(done, metrics)
+
+
+def _say(text: str) -> None:
+    from tunepilot.console import error_console
+
+    error_console.print(f"[bold yellow]warning:[/] {text}", highlight=False)

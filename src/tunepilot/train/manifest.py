@@ -10,12 +10,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tunepilot.errors import InputError, Problem, input_error, reading
+from tunepilot.errors import InputError, Problem, reading
 from tunepilot.model.base import sha256_file
 
 FORMAT = "tunepilot-checkpoint/1"
 PICKLE_SUFFIXES = {".pkl", ".pickle", ".pt", ".pth", ".bin", ".ckpt", ".joblib", ".npy"}
 TEXT_SUFFIXES = {".json", ".md", ".txt"}
+
+
+class CheckpointRefused(InputError):
+    """A checkpoint that does not verify: missing or unreadable manifest, a changed, missing
+    or unsafe file. Resume may fall back to an older checkpoint on this error (and on no
+    other: a checkpoint that verifies but does not fit the model is the user's to fix)."""
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -78,19 +84,21 @@ def verify_checkpoint(folder: Path) -> dict[str, Any]:
     folder = Path(folder)
     manifest_path = folder / "MANIFEST.json"
     if not manifest_path.is_file():
-        raise input_error(
-            str(manifest_path),
-            "no MANIFEST.json (an incomplete or foreign checkpoint)",
-            "resume from a complete step folder (see latest_checkpoint)",
+        raise CheckpointRefused(
+            [Problem(str(manifest_path), "no MANIFEST.json (an incomplete or foreign checkpoint)",
+                     "resume from another step folder (`tunepilot resume RUN --from step-N`)")],
             title="checkpoint refused",
         )
-    fix = "resume from another checkpoint"
-    with reading(manifest_path, fix, what="manifest", title="checkpoint refused"):
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        listed: dict[str, tuple[int, str]] = {  # every entry whole before any file is judged
-            str(name): (int(entry["bytes"]), str(entry["sha256"]))
-            for name, entry in dict(manifest["files"]).items()
-        }
+    fix = "resume from another step folder (`tunepilot resume RUN --from step-N`)"
+    try:  # an unreadable manifest is a refusal too: resume may fall back past it
+        with reading(manifest_path, fix, what="manifest", title="checkpoint refused"):
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            listed: dict[str, tuple[int, str]] = {  # every entry whole before any is judged
+                str(name): (int(entry["bytes"]), str(entry["sha256"]))
+                for name, entry in dict(manifest["files"]).items()
+            }
+    except InputError as exc:
+        raise CheckpointRefused(exc.problems, title=exc.title) from None
     problems: list[Problem] = []
     present = {
         str(p.relative_to(folder)): p
@@ -124,5 +132,5 @@ def verify_checkpoint(folder: Path) -> dict[str, Any]:
                 )
             )
     if problems:
-        raise InputError(problems, title=f"checkpoint {folder} refused")
+        raise CheckpointRefused(problems, title=f"checkpoint {folder} refused")
     return manifest

@@ -1,5 +1,6 @@
 """The run's JSONL records (metrics.jsonl, evals.jsonl): written by rank 0, one line per
-event, rewound to a checkpoint on resume. Metrics are read back as JSONL, never scraped."""
+event, rewound to a checkpoint on resume. Metrics are read back as JSONL, never scraped.
+The progress bar is the same record, for a person watching."""
 
 from __future__ import annotations
 

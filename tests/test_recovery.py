@@ -1,0 +1,196 @@
+"""Recovery: a copied campaign folder, resume after a refusal, a corrupt checkpoint, an explicit
+resume point, a checkpoint schedule by default, and an old ledger (R1, R4, V3).
+
+A tiny campaign (the shipped classification template on a tiny BERT) trains through the real
+runner; the ledger is real SQLite. The multi-process cases (SIGTERM, a file-size limit, a
+read-only folder) are in test_recovery_processes.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tunepilot.data.workspace import Workspace
+from tunepilot.demo.campaign import write_demo_campaign
+from tunepilot.errors import InputError
+from tunepilot.experiments import flow as run_flow
+from tunepilot.ledger import Ledger
+from tunepilot.train.checkpoint import step_folders
+
+ADAPTER = "adapter_model.safetensors"
+SHORT = {"training.budget.updates": 6, "training.accumulation": 2, "training.eval_every": 3}
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("recovery") / "X"
+    return write_demo_campaign(folder, tiny=True, n_conversations=40, overrides=SHORT)
+
+
+@pytest.fixture(scope="module")
+def reference(campaign: Path) -> list[float]:
+    """The losses of an uninterrupted control run: what every resumed run must reproduce."""
+    ws = Workspace.open(campaign, ["training.keep_last_checkpoints=10"])
+    run_flow.run(ws, ["control"], "0", None, as_json=True)
+    with Ledger.open(ws.ledger_path) as ledger:
+        return losses(ledger, ledger.list_runs()[-1].id)
+
+
+def losses(ledger: Ledger, run_id: str) -> list[float]:
+    return [p.loss for p in ledger.curve(run_id)]
+
+
+def paused_run(ws: Workspace, stop_after: int, *overrides: str) -> str:
+    run_flow.run(Workspace.open(ws.campaign_file, list(overrides)), ["control"], "0", stop_after,
+                 as_json=True)  # fmt: skip
+    with Ledger.open(ws.ledger_path) as ledger:
+        row = ledger.list_runs()[-1]
+    assert row.status == "interrupted", row.reason
+    return row.id
+
+
+def test_1_a_copied_campaign_folder_resumes_and_exports_its_own_weights(
+    campaign: Path, reference: list[float], tmp_path: Path
+) -> None:
+    from tunepilot.deliver.export import export_run
+
+    run_id = paused_run(Workspace.open(campaign), 2)
+    copy = tmp_path / "Y"
+    shutil.copytree(campaign.parent, copy, symlinks=True)
+    ws = Workspace.open(copy / "campaign.yaml")
+    assert run_flow.resume(ws, run_id, None, as_json=True) == 0
+    bundle = export_run(ws, run_id)
+
+    final = step_folders(copy / "runs" / run_id)[0]
+    assert final.name == "step-000006"
+    exported, trained = load_file(str(bundle / ADAPTER)), load_file(str(final / ADAPTER))
+    assert exported.keys() == trained.keys()
+    assert all(torch.equal(exported[k], trained[k]) for k in trained)
+    # The original folder was never written by the copy: it still stops at update 2.
+    assert step_folders(campaign.parent / "runs" / run_id)[0].name == "step-000002"
+    with Ledger.open(ws.ledger_path) as ledger:
+        assert losses(ledger, run_id) == reference
+        assert ledger.get_run(run_id).run_dir == f"runs/{run_id}"
+
+
+def test_1_an_old_ledger_with_absolute_paths_reads_runs_under_the_current_folder(
+    tmp_path: Path,
+) -> None:
+    """Rows written with absolute paths are never rewritten: read inside the folder, mapped
+    by run id outside it, and said so."""
+    here = tmp_path / "Y"
+    here.mkdir()
+    Ledger.open(here).close()
+    con = sqlite3.connect(here / "tunepilot.db")
+    rows = {"a-s0-1": "/elsewhere/X/runs/a-s0-1", "b-s0-1": str(here / "runs" / "b-s0-1")}
+    for rid, folder in rows.items():
+        con.execute("INSERT INTO run_ids VALUES (?, 'a', 0, 1, 'now', 1, 'h')", (rid,))
+        con.execute(
+            "INSERT INTO runs VALUES (?, 'c', 'a', 0, NULL, NULL, 'cfg', 'dv', NULL, '{}', '{}', "
+            "?, ?, 'now', 1, 'h')", (rid, folder, folder + "/metrics.jsonl"),
+        )  # fmt: skip
+        con.execute("INSERT INTO run_status (run_id, status, reason, at, pid, host) "
+                    "VALUES (?, 'planned', 'registered', 'now', 1, 'h')", (rid,))  # fmt: skip
+    con.commit()
+    con.close()
+    with Ledger.open(here) as ledger:
+        moved, inside = ledger.get_run("a-s0-1"), ledger.get_run("b-s0-1")
+        assert (moved.run_dir, moved.metrics_file) == ("runs/a-s0-1", "runs/a-s0-1/metrics.jsonl")
+        assert moved.recorded_outside == "/elsewhere/X/runs/a-s0-1"
+        assert ledger.run_folder(moved) == here / "runs" / "a-s0-1"
+        assert inside.run_dir == "runs/b-s0-1" and inside.recorded_outside is None
+        note = ledger.relocation_note()
+    assert note is not None and "/elsewhere/X/runs/a-s0-1" in note and "moved or copied" in note
+
+
+def test_10_a_refused_resume_leaves_the_run_resumable_once_the_cause_is_removed(
+    campaign: Path, reference: list[float]
+) -> None:
+    ws = Workspace.open(campaign)
+    run_id = paused_run(ws, 2)
+    planted = [folder / "evil.pkl" for folder in step_folders(ws.runs_dir / run_id)]
+    for path in planted:
+        path.write_bytes(b"\x80\x04K\x01.")  # a pickle: refused unopened (R4)
+    with pytest.raises(InputError, match="no checkpoint that verifies"):
+        run_flow.resume(ws, run_id, None, as_json=True)
+    with Ledger.open(ws.ledger_path) as ledger:
+        row = ledger.get_run(run_id)
+    assert row.status == "interrupted" and "tunepilot resume" in row.reason
+
+    for path in planted:
+        path.unlink()
+    assert run_flow.resume(ws, run_id, None, as_json=True) == 0
+    with Ledger.open(ws.ledger_path) as ledger:
+        assert ledger.get_run(run_id).status == "completed"
+        assert losses(ledger, run_id) == reference
+
+
+def test_10_a_corrupt_latest_checkpoint_falls_back_loudly_to_the_newest_that_verifies(
+    campaign: Path, reference: list[float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = Workspace.open(campaign)
+    run_id = paused_run(ws, 4, "training.checkpoint_every=2")
+    latest = step_folders(ws.runs_dir / run_id)[0]
+    assert latest.name == "step-000004"
+    (latest / "MANIFEST.json").unlink()  # an incomplete checkpoint, as a lost file leaves it
+    capsys.readouterr()
+    assert run_flow.resume(ws, run_id, None, as_json=True) == 0
+    err = capsys.readouterr().err
+    assert "resuming from step-000002" in err and "step-000004 refused" in err
+    with Ledger.open(ws.ledger_path) as ledger:
+        assert losses(ledger, run_id) == reference
+        notes = [n.text for n in ledger.notes() if n.run_id == run_id]
+    assert notes and "step-000004 refused" in notes[0]
+
+
+def test_10_resume_from_an_explicit_step_continues_the_identical_curve(
+    campaign: Path, reference: list[float]
+) -> None:
+    ws = Workspace.open(campaign)
+    run_id = paused_run(ws, 4, "training.checkpoint_every=2")
+    with pytest.raises(InputError, match="step-000004, step-000002"):
+        run_flow.resume_any(ws, run_id, None, True, from_step="step-3")
+    assert run_flow.resume_any(ws, run_id, None, True, from_step="step-2") == 0
+    metrics = (ws.runs_dir / run_id / "metrics.jsonl").read_text().splitlines()
+    assert len(metrics) == 6  # rewound to update 2, then 3..6 trained again
+    with Ledger.open(ws.ledger_path) as ledger:
+        assert losses(ledger, run_id) == reference
+
+
+def test_12b_a_run_without_checkpoint_every_checkpoints_early_and_at_the_end(
+    campaign: Path, reference: list[float]
+) -> None:
+    ws = Workspace.open(campaign)
+    assert ws.campaign.training.checkpoint_every is None  # as the shipped template leaves it
+    names = [p.name for p in step_folders(ws.runs_dir / "control-s0-1")]  # the reference run
+    # The first save is measured after update 1; the end is always saved.
+    assert names[0] == "step-000006" and names[-1] == "step-000001"
+
+
+def test_12b_nothing_to_resume_names_a_command_that_works(campaign: Path) -> None:
+    ws = Workspace.open(campaign)
+    with Ledger.open(ws.ledger_path) as ledger:
+        run_id = ledger.register_run(campaign="c", variant="control", seed=0, config_hash="x",
+                                     data_version="dv", status="running")  # fmt: skip
+        ledger.set_status(run_id, "interrupted", "process 1 is gone")
+    with pytest.raises(InputError, match=f"--retry {run_id}") as caught:
+        run_flow.resume(ws, run_id, None, as_json=True)
+    assert "step-NNNNNN" not in str(caught.value)
+
+
+def test_12b_the_checkpoint_schedule_keeps_saving_under_two_percent_of_the_time() -> None:
+    from tunepilot.train.stopping import CheckpointSchedule
+
+    auto = CheckpointSchedule(None)
+    assert auto.due(1, 0.5)  # the first save is taken to measure it
+    auto.saved(1.0)  # a 1 s save: at most 2% of the time means one per 50 s of training
+    due = [auto.due(n, 0.5) for n in range(2, 102)]
+    assert due.index(True) == 99 and sum(due) == 1  # after 100 updates of 0.5 s
+    every = CheckpointSchedule(4)
+    assert [n for n in range(1, 13) if every.due(n, 0.1)] == [4, 8, 12]
