@@ -3,13 +3,17 @@ resume point, a checkpoint schedule by default, and an old ledger (R1, R4, V3).
 
 A tiny campaign (the shipped classification template on a tiny BERT) trains through the real
 runner; the ledger is real SQLite. The multi-process cases (SIGTERM, a file-size limit, a
-read-only folder) are in test_recovery_processes.py.
+read-only folder, a file-size limit during training) are in test_recovery_processes.py.
 """
 
 from __future__ import annotations
 
+import contextlib
+import resource
 import shutil
+import signal
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +44,19 @@ def reference(campaign: Path) -> list[float]:
     run_flow.run(ws, ["control"], "0", None, as_json=True)
     with Ledger.open(ws.ledger_path) as ledger:
         return losses(ledger, ledger.list_runs()[-1].id)
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """RLIMIT_FSIZE in this process, for a block; SIGXFSZ ignored so writes fail with EFBIG."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
 
 
 def losses(ledger: Ledger, run_id: str) -> list[float]:
@@ -194,3 +211,21 @@ def test_12b_the_checkpoint_schedule_keeps_saving_under_two_percent_of_the_time(
     assert due.index(True) == 99 and sum(due) == 1  # after 100 updates of 0.5 s
     every = CheckpointSchedule(4)
     assert [n for n in range(1, 13) if every.due(n, 0.1)] == [4, 8, 12]
+
+
+def test_11_a_file_size_limit_at_export_and_at_a_ledger_write_is_a_sentence_not_a_traceback(
+    campaign: Path, reference: list[float]
+) -> None:
+    from tunepilot.deliver.export import export_run
+
+    ws = Workspace.open(campaign)
+    adapter = ws.runs_dir / "control-s0-1" / "checkpoints" / "step-000006" / ADAPTER
+    limit = adapter.stat().st_size // 2  # the bundle's adapter cannot be written whole
+    with file_size_limit(limit), pytest.raises(InputError, match="needs about") as caught:
+        export_run(ws, "control-s0-1", ws.root / "limited")
+    assert "limited" in str(caught.value) and "ulimit -f" in str(caught.value)
+    assert not [p for p in ws.root.iterdir() if "limited" in p.name]  # nothing half-written
+    with (Ledger.open(ws.ledger_path) as ledger, file_size_limit(limit),
+          pytest.raises(InputError, match="tunepilot.db") as caught):  # fmt: skip
+        ledger.add_note("x" * (2 * limit))
+    assert "out of space" in caught.value.title

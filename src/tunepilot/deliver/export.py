@@ -34,7 +34,7 @@ from tunepilot.campaign import Campaign
 from tunepilot.data.workspace import Workspace
 from tunepilot.deliver.bundle_check import FORMAT, IMAGES_FILE, MANIFEST, unsafe_reason
 from tunepilot.deliver.card import guard_warning, read_audit
-from tunepilot.errors import input_error
+from tunepilot.errors import input_error, writing
 from tunepilot.model.build import AUTO_CLASSES
 from tunepilot.tasks.example import Example
 from tunepilot.train.manifest import write_manifest
@@ -367,29 +367,27 @@ def export_run(
         "fails_guards": [f"{f.check}: {f.sentence}" for f in guards if f.verdict is Verdict.FAIL],
     }
     run_info = {
-        "run_id": run_id,
-        "variant": row.variant,
-        "seed": row.seed,
-        "status": row.status,
-        "reason": row.reason,
-        "config_hash": row.config_hash,
-        "checkpoint": checkpoint.name,
-        "data_version": row.data_version,
-        "data_version_at_export": encoded.prepared.version,
-    }
-    return export_model(
-        model,
-        ws.tokenizer,
-        campaign,
-        ws.model_source,
-        out_dir,
-        data_version=row.data_version,
-        metrics=metrics,
-        control_examples=choose_controls(encoded.prepared.splits["validation"]),
-        encoder=encoded.encoder,
-        run_id=run_id,
-        extra_files={"run.json": run_info},
-        predictions=predictions,
-        audit=read_audit(ws.root, row.data_version),
-        merge=merge,
-    )
+        "run_id": run_id, "variant": row.variant, "seed": row.seed, "status": row.status,
+        "reason": row.reason, "config_hash": row.config_hash, "checkpoint": checkpoint.name,
+        "data_version": row.data_version, "data_version_at_export": encoded.prepared.version,
+    }  # fmt: skip
+    # A full disk or a file-size limit (safetensors, tokenizers and plain writes each say it
+    # their own way) is one sentence naming the bundle and the size of its weights.
+    weights = sum(f.stat().st_size for f in checkpoint.glob("*model.safetensors"))
+    with writing(out_dir, weights, f"`tunepilot export {run_id}` again"):
+        return export_model(
+            model,
+            ws.tokenizer,
+            campaign,
+            ws.model_source,
+            out_dir,
+            data_version=row.data_version,
+            metrics=metrics,
+            control_examples=choose_controls(encoded.prepared.splits["validation"]),
+            encoder=encoded.encoder,
+            run_id=run_id,
+            extra_files={"run.json": run_info},
+            predictions=predictions,
+            audit=read_audit(ws.root, row.data_version),
+            merge=merge,
+        )

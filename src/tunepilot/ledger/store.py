@@ -179,16 +179,14 @@ class Ledger(RunLiveness, EvidenceRecords):
         while True:
             try:
                 return fn()
-            except sqlite3.OperationalError as exc:
+            except sqlite3.DatabaseError as exc:
                 if not _is_busy(exc) or time.monotonic() > deadline:
+                    err = storage_error(exc, self.path)  # a full disk, a read-only folder
+                    if err is not None:
+                        raise err from None
                     raise
                 attempt += 1
                 time.sleep(random.uniform(0, min(0.01 * 2**attempt, 0.5)))
-            except sqlite3.DatabaseError as exc:  # a full disk, a read-only folder
-                err = storage_error(exc, self.path)
-                if err is None:
-                    raise
-                raise err from None
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """fn inside one BEGIN IMMEDIATE transaction: all of its rows land, or none."""
@@ -404,7 +402,7 @@ class Ledger(RunLiveness, EvidenceRecords):
         ]
 
 
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
+def _is_busy(exc: sqlite3.DatabaseError) -> bool:
     text = str(exc).lower()
     return "locked" in text or "busy" in text
 
