@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from tunepilot.data.workspace import Workspace
 from tunepilot.demo.campaign import write_demo_campaign
@@ -229,3 +229,90 @@ def test_11_a_file_size_limit_at_export_and_at_a_ledger_write_is_a_sentence_not_
           pytest.raises(InputError, match="tunepilot.db") as caught):  # fmt: skip
         ledger.add_note("x" * (2 * limit))
     assert "out of space" in caught.value.title
+
+
+def test_17_every_run_records_its_trainable_parameters_in_its_folder_ledger_and_bundle(
+    campaign: Path, reference: list[float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from tunepilot.deliver.export import export_command
+
+    ws = Workspace.open(campaign)
+    on_disk = json.loads((ws.runs_dir / "control-s0-1" / "trainable.json").read_text())
+    assert on_disk["method"] == "lora" and on_disk["trainable_params"] > 0
+    assert on_disk["target_modules"] == ["dense", "key", "query", "value"]
+    assert set(on_disk["extra_saved"]) == {"classifier", "bert.pooler"} and on_disk["rows"]
+    with Ledger.open(ws.ledger_path) as ledger:
+        (fact,) = ledger.facts("trainable", "control-s0-1")
+    assert {k: fact[k] for k in ("trainable_params", "frozen_params", "target_modules",
+            "extra_saved")} == {k: on_disk[k] for k in ("trainable_params", "frozen_params",
+            "target_modules", "extra_saved")}  # fmt: skip
+
+    # 18: the export prints the bundle's pin and the ledger keeps it.
+    capsys.readouterr()
+    assert export_command(ws, "control-s0-1", tmp_path / "bundle", as_json=True) == 0
+    printed = json.loads(capsys.readouterr().out)
+    bundle = tmp_path / "bundle"
+    in_bundle = json.loads((bundle / "trainable.json").read_text())
+    assert in_bundle["trainable_params"] == on_disk["trainable_params"]
+    with Ledger.open(ws.ledger_path) as ledger:
+        (export,) = ledger.facts("export", "control-s0-1")
+    assert export["manifest_sha256"] == printed["manifest_sha256"]
+    assert export["bundle"] == str(bundle)  # outside the campaign folder: kept as given
+
+
+def test_18_a_rewritten_manifest_with_an_edited_weight_passes_the_manifest_but_fails_the_pin(
+    campaign: Path, reference: list[float], tmp_path: Path
+) -> None:
+    """What `verify` proves without a pin, and what `--expect` adds (README: guarantees)."""
+    import hashlib
+    import json
+
+    from tunepilot.deliver.bundle_check import check_files
+    from tunepilot.deliver.export import export_run
+    from tunepilot.deliver.verify import expect_finding, manifest_digest
+    from tunepilot.verdict import Verdict
+
+    bundle = export_run(Workspace.open(campaign), "control-s0-1", tmp_path / "b")
+    pin = manifest_digest(bundle)
+    assert expect_finding(bundle, pin.upper()).verdict is Verdict.PASS
+
+    weights = bundle / ADAPTER
+    tensors = load_file(str(weights))
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 1e-7  # below any logit tolerance
+    save_file(tensors, str(weights))
+    manifest = json.loads((bundle / "MANIFEST.json").read_text())
+    data = weights.read_bytes()
+    manifest["files"][ADAPTER] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (bundle / "MANIFEST.json").write_text(json.dumps(manifest))
+
+    assert all(f["verdict"] == "PASS" for f in check_files(bundle))  # the MANIFEST is fooled
+    finding = expect_finding(bundle, pin)
+    assert finding.verdict is Verdict.FAIL and pin in finding.sentence
+
+
+def test_17_a_ledger_written_at_schema_1_opens_at_schema_2_with_its_rows(tmp_path: Path) -> None:
+    from tunepilot.ledger.schema import MIGRATIONS, SCHEMA_VERSION_DDL
+
+    con = sqlite3.connect(tmp_path / "tunepilot.db")
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute(SCHEMA_VERSION_DDL)
+    for statement in MIGRATIONS[0].statements:  # exactly what a version-1 ledger holds
+        con.execute(statement)
+    con.execute("INSERT INTO schema_version VALUES (1, 'v1', 'then')")
+    con.execute("INSERT INTO notebook (at, text) VALUES ('then', 'kept')")
+    con.commit()
+    con.close()
+    with Ledger.open(tmp_path) as ledger:
+        assert ledger.schema_version() == 2
+        assert [n.text for n in ledger.notes()] == ["kept"]
+        rid = ledger.register_run(campaign="c", variant="v", seed=0, config_hash="h",
+                                  data_version="d")  # fmt: skip
+        ledger.record_fact(rid, "trainable", {"trainable_params": 5})
+        assert ledger.facts("trainable", rid)[0]["trainable_params"] == 5
+    con = sqlite3.connect(tmp_path / "tunepilot.db")
+    with pytest.raises(sqlite3.DatabaseError, match="keeps every row"):
+        con.execute("UPDATE run_facts SET body = '{}'")
+    con.close()

@@ -48,16 +48,26 @@ def verify(
     base: Annotated[
         Path | None, typer.Option(help="Your copy of the base model, if it moved.")
     ] = None,
+    expect: Annotated[
+        str | None,
+        typer.Option("--expect", help="The bundle's pinned sha256 (of MANIFEST.json), as "
+                     "printed by export and kept in the ledger; any other bundle FAILs."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """In a new process: check every hash, refuse pickles, load with plain transformers/peft,
-    replay the control inputs and compare (R2, R4). Exit 1 when anything differs.
+    replay the control inputs and compare (R2, R4). Exit 1 when anything differs. The
+    MANIFEST proves files are intact, not who wrote them: pin the bundle with --expect.
 
-    Example: tunepilot verify exports/control-s0-1
+    Examples:
+
+      tunepilot verify exports/control-s0-1
+
+      tunepilot verify exports/control-s0-1 --expect 3f5a...  # the sha256 export printed
     """
     from tunepilot.deliver.verify import verify_command
 
-    run_body(lambda: verify_command(bundle, as_json, base))
+    run_body(lambda: verify_command(bundle, as_json, base, expect))
 
 
 @app.command()

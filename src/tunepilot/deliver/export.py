@@ -34,6 +34,7 @@ from tunepilot.campaign import Campaign
 from tunepilot.data.workspace import Workspace
 from tunepilot.deliver.bundle_check import FORMAT, IMAGES_FILE, MANIFEST, unsafe_reason
 from tunepilot.deliver.card import guard_warning, read_audit
+from tunepilot.deliver.provenance import bundle_extras
 from tunepilot.errors import input_error, writing
 from tunepilot.model.build import AUTO_CLASSES
 from tunepilot.tasks.example import Example
@@ -302,7 +303,9 @@ The base is {base_note}. The adapter only works on that exact base: its weight f
 `tunepilot verify {out_dir}` (or `python -P -m tunepilot.deliver.bundle_check {out_dir}`) checks
 every file against `MANIFEST.json`, refuses pickles, loads the bundle in a new process with
 plain transformers + peft and replays the {len(controls["inputs"])} control inputs of
-`control.json`.
+`control.json`. `MANIFEST.json` proves no file changed since it was written, not who wrote it:
+compare `sha256sum MANIFEST.json` with the digest printed at export and kept in the campaign's
+ledger (`tunepilot verify DIR --expect SHA` does it).
 
 ## Results
 
@@ -386,7 +389,7 @@ def export_run(
             control_examples=choose_controls(encoded.prepared.splits["validation"]),
             encoder=encoded.encoder,
             run_id=run_id,
-            extra_files={"run.json": run_info},
+            extra_files=bundle_extras(run_info, model),
             predictions=predictions,
             audit=read_audit(ws.root, row.data_version),
             merge=merge,

@@ -116,6 +116,33 @@ def verify_bundle(
     return findings
 
 
+def manifest_digest(bundle_dir: Path) -> str:
+    """The bundle's pin: sha256 of its MANIFEST.json, which holds every other file's sha256.
+
+    The MANIFEST alone proves files were not damaged since it was written, not who wrote it:
+    whoever can edit the weights can rewrite it. This digest, printed at export and kept in
+    the ledger, is what a colleague compares (`tunepilot verify DIR --expect SHA`).
+    """
+    import hashlib
+
+    return hashlib.sha256((Path(bundle_dir) / "MANIFEST.json").read_bytes()).hexdigest()
+
+
+def expect_finding(bundle_dir: Path, expected: str) -> Finding:
+    """PASS when the bundle's MANIFEST digest is the one pinned; FAIL naming both if not."""
+    path = Path(bundle_dir) / "MANIFEST.json"
+    if not path.is_file():
+        return Finding("pinned digest", Verdict.FAIL, f"{path} is missing", "R3, R4")
+    found, want = manifest_digest(bundle_dir), expected.strip().lower()
+    if found == want:
+        return Finding("pinned digest", Verdict.PASS, f"MANIFEST.json sha256 {found} is the one "
+                       "pinned: with every file checked against it, this is the exported bundle",
+                       "R3, R4")  # fmt: skip
+    return Finding("pinned digest", Verdict.FAIL, f"MANIFEST.json sha256 is {found}, not the "
+                   f"pinned {want}: the bundle (or its MANIFEST) was changed or replaced after "
+                   "export; use the bundle that was exported, or export the run again", "R3, R4")
+
+
 def verification_path(bundle_dir: Path) -> Path:
     """Where the last reload check of a bundle is kept (read by the dossier, L5)."""
     bundle_dir = Path(bundle_dir).resolve()
@@ -132,14 +159,21 @@ def record_verification(bundle_dir: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def verify_command(bundle_dir: Path, as_json: bool, base: Path | None = None) -> int:
-    """Body of `tunepilot verify DIR [--base FOLDER] [--json]`; exit 1 on any FAIL."""
+def verify_command(
+    bundle_dir: Path, as_json: bool, base: Path | None = None, expect: str | None = None
+) -> int:
+    """Body of `tunepilot verify DIR [--base FOLDER] [--expect SHA] [--json]`; exit 1 on any
+    FAIL. `expect` pins the bundle: the sha256 of MANIFEST.json printed at export."""
     from tunepilot.console import print_findings, print_json
     from tunepilot.verdict import exit_code, worst
 
     findings = verify_bundle(bundle_dir, base)
+    if expect is not None:
+        findings.insert(0, expect_finding(Path(bundle_dir), expect))
     payload = {
         "bundle": str(Path(bundle_dir).resolve()),
+        "manifest_sha256": manifest_digest(bundle_dir) if Path(bundle_dir, "MANIFEST.json")
+        .is_file() else None,
         "verdict": str(worst(findings)),
         "findings": [f.to_json() for f in findings],
     }

@@ -10,7 +10,6 @@ row with the error; a killed process is found by the next command and marked int
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -203,6 +202,7 @@ def execute_run(
     `interrupted`, resumable once the cause is fixed; SIGTERM or Ctrl-C saves a checkpoint at
     the update boundary, records the stop and raises `Stopped`.
     """
+    from tunepilot.experiments.recovery import failure_reason, next_step, record_end, resume_source
     from tunepilot.train.loop import train
     from tunepilot.train.stopping import StopSignals
 
@@ -247,6 +247,8 @@ def execute_run(
                     "run_id": run_id, "variant": variant, "seed": seed,
                     "data_version": data_version, "retry_of": retry_of})  # fmt: skip
             model = session.build_model(campaign, seed)
+            if resume_from is None:
+                record_trainable(ledger, run_id, run_dir, model)
             result = train(
                 model, encoded.train, campaign.training, run_dir, kind=model_kind(campaign),
                 pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point, resume=resume_from,
@@ -255,11 +257,11 @@ def execute_run(
                 sinks=trackers_for(ws, campaign, run_id, variant, seed, data_version),
             )  # fmt: skip
     except KeyboardInterrupt:
-        _record_end(ledger, run_id, "interrupted",
+        record_end(ledger, run_id, "interrupted",
                     f"stopped from the keyboard; {next_step(ws, run_id, run_dir)}")  # fmt: skip
         raise
     except Exception as exc:
-        _record_end(ledger, run_id, *failure_reason(ws, run_id, run_dir, exc))
+        record_end(ledger, run_id, *failure_reason(ws, run_id, run_dir, exc))
         raise
     if result.refused and result.resumed_from is not None:  # said on stderr by the loop too
         ledger.add_note(f"{run_id} resumed from {result.resumed_from.name}: "
@@ -289,52 +291,13 @@ def execute_run(
                       result.update_seconds)
 
 
-def resume_source(ws: Workspace, run_id: str, run_dir: Path, from_step: int | None) -> Path:
-    """The folder `train` resumes from: the step asked for, or the run folder (its newest
-    checkpoint that verifies). A run with no checkpoint gets advice that works."""
-    from tunepilot.errors import input_error
-    from tunepilot.train.checkpoint import step_folder, step_folders
+def record_trainable(ledger: Any, run_id: str, run_dir: Path, model: Any) -> None:
+    """P2 for every run: runs/<id>/trainable.json (per module) and the totals in the ledger."""
+    from tunepilot.model.params import trainable_report
 
-    if from_step is not None:
-        return step_folder(run_dir, from_step)
-    if not step_folders(run_dir):
-        raise input_error(
-            f"run {run_id}", f"no checkpoint under {run_dir / 'checkpoints'}: it stopped before "
-            "its first one", f"start it again as a new attempt: `tunepilot run "
-            f"{ws.campaign_file} --retry {run_id}`", title="nothing to resume",
-        )  # fmt: skip
-    return run_dir
-
-
-def next_step(ws: Workspace, run_id: str, run_dir: Path) -> str:
-    """The command that continues a run: resume from a checkpoint, or retry without one."""
-    from tunepilot.train.checkpoint import latest_checkpoint
-
-    if latest_checkpoint(run_dir) is not None:
-        return f"continue with `tunepilot resume {run_id} {ws.campaign_file}`"
-    return (f"no checkpoint yet: start again with "
-            f"`tunepilot run {ws.campaign_file} --retry {run_id}`")  # fmt: skip
-
-
-def failure_reason(ws: Workspace, run_id: str, run_dir: Path, exc: Exception) -> tuple[str, str]:
-    """(status, reason) for a run that ended on an exception. A refusal or a storage fault
-    is the campaign's to fix, and the run stays resumable (`interrupted`); anything else is a
-    failure."""
-    from tunepilot.errors import InputError, storage_fault
-
-    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-    if isinstance(exc, InputError | OSError) or storage_fault(exc) is not None:
-        return "interrupted", f"{text[:1800]}; once fixed, {next_step(ws, run_id, run_dir)}"
-    return "failed", text[:2000]
-
-
-def _record_end(ledger: Any, run_id: str, status: str, reason: str) -> None:
-    """Record how the run ended; a ledger that cannot be written (full disk) must not hide
-    the original error, and the next command marks the run interrupted anyway."""
-    from tunepilot.errors import InputError
-
-    with contextlib.suppress(InputError):
-        ledger.set_status(run_id, status, reason)
+    report = trainable_report(model).to_json()
+    (run_dir / "trainable.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    ledger.record_fact(run_id, "trainable", {k: v for k, v in report.items() if k != "rows"})
 
 
 def run_baseline(session: Session, ledger: Any) -> Any:

@@ -183,6 +183,16 @@ class Migration:
     statements: tuple[str, ...]
 
 
+_TABLES_V2 = (
+    """CREATE TABLE run_facts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        kind TEXT NOT NULL CHECK (kind IN ('trainable', 'export')),
+        body TEXT NOT NULL,             -- JSON: see ledger/facts.py
+        at TEXT NOT NULL)""",
+    "CREATE INDEX run_facts_run ON run_facts(run_id, kind, id)",
+)
+
 SCHEMA_VERSION_DDL = """CREATE TABLE IF NOT EXISTS schema_version (
     version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"""
 MIGRATIONS = (
@@ -191,6 +201,11 @@ MIGRATIONS = (
         "runs, statuses, heartbeats, curves, evaluations, predictions, test looks, notebook, "
         "hypothesis; append-only triggers",
         _TABLES_V1 + _append_only_triggers(APPEND_ONLY),
+    ),
+    Migration(
+        2,
+        "run_facts: trainable parameters per run (P2), exported bundles with their digest",
+        _TABLES_V2 + _append_only_triggers(("run_facts",)),
     ),
 )
 

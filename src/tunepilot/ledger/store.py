@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from tunepilot.errors import input_error, storage_error
 from tunepilot.ledger.evidence import EvidenceRecords
+from tunepilot.ledger.facts import RunFacts
 from tunepilot.ledger.liveness import RunLiveness
 from tunepilot.ledger.paths import default_run_dir, relocation_note, run_row, to_stored
 from tunepilot.ledger.schema import (
@@ -77,7 +78,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # ids name folders
 T = TypeVar("T")
 
 
-class Ledger(RunLiveness, EvidenceRecords):
+class Ledger(RunLiveness, EvidenceRecords, RunFacts):
     """An open ledger: `with Ledger.open(campaign_folder) as ledger: ...`.
 
     One connection per process; a Ledger must not cross a fork (open it again in the child).

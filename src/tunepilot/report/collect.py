@@ -340,7 +340,7 @@ def _after(at: str | None, moment: datetime) -> bool:
 
 
 def _exports(ws: Workspace, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from tunepilot.deliver.verify import verification_path
+    from tunepilot.deliver.verify import manifest_digest, verification_path
 
     if not ws.exports_dir.is_dir():
         return []
@@ -350,13 +350,13 @@ def _exports(ws: Workspace, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          if p.is_dir() and not p.name.startswith(".")):  # fmt: skip
         manifest = read_json(folder / "MANIFEST.json") or {}
         files = manifest.get("files") or {}
-        bundle = read_json(folder / "bundle.json") or {}
-        base = read_json(folder / "base.json") or {}
+        bundle, base = (read_json(folder / name) or {} for name in ("bundle.json", "base.json"))
+        pin = manifest_digest(folder) if manifest else None  # what `verify --expect` compares
         check = read_json(verification_path(folder))
         run_id = bundle.get("run_id") or folder.name
         out.append({
             "name": folder.name, "folder": str(folder), "run_id": run_id,
-            "run_status": status.get(run_id), "has_manifest": bool(manifest),
+            "run_status": status.get(run_id), "has_manifest": bool(manifest), "pin": pin,
             "n_files": len(files), "bytes": sum(int(f.get("bytes") or 0) for f in files.values()),
             "weights": bundle.get("weights"), "method": bundle.get("method"),
             "data_version": bundle.get("data_version"), "format": bundle.get("format"),

@@ -276,6 +276,9 @@ def exports(d: dict[str, Any]) -> str:
     for x in items:
         check = x.get("verification")
         html += f"<h3>Reload check of {code(x['name'])}</h3>"
+        if x.get("pin"):  # the MANIFEST is unauthenticated: its digest is what a reader pins
+            pin = f"tunepilot verify {x['folder']} --expect {x['pin']}"
+            html += f"<p>Pin it: <code>{e(pin)}</code></p>"
         if not check:
             html += missing("this bundle was never verified", f"tunepilot verify {x['folder']}")
             continue

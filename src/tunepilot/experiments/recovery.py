@@ -1,0 +1,65 @@
+"""How a run ends and how it goes on (R1, V3): the resume point, the reason recorded for an
+ending, and the command that continues it.
+
+A run that stopped on a refusal (a checkpoint that does not verify, bad input) or a storage
+fault (a full disk, a file-size limit) is the campaign's to fix, not a failed experiment: it is
+recorded `interrupted`, with the error and the command that continues it once fixed. Every
+piece of advice names something that exists: `resume` when a checkpoint does, `run --retry`
+when none was saved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from tunepilot.data.workspace import Workspace
+
+
+def resume_source(ws: Workspace, run_id: str, run_dir: Path, from_step: int | None) -> Path:
+    """The folder `train` resumes from: the step asked for, or the run folder (its newest
+    checkpoint that verifies). A run with no checkpoint gets advice that works."""
+    from tunepilot.errors import input_error
+    from tunepilot.train.checkpoint import step_folder, step_folders
+
+    if from_step is not None:
+        return step_folder(run_dir, from_step)
+    if not step_folders(run_dir):
+        raise input_error(
+            f"run {run_id}", f"no checkpoint under {run_dir / 'checkpoints'}: it stopped before "
+            "its first one", f"start it again as a new attempt: `tunepilot run "
+            f"{ws.campaign_file} --retry {run_id}`", title="nothing to resume",
+        )  # fmt: skip
+    return run_dir
+
+
+def next_step(ws: Workspace, run_id: str, run_dir: Path) -> str:
+    """The command that continues a run: resume from a checkpoint, or retry without one."""
+    from tunepilot.train.checkpoint import latest_checkpoint
+
+    if latest_checkpoint(run_dir) is not None:
+        return f"continue with `tunepilot resume {run_id} {ws.campaign_file}`"
+    return (f"no checkpoint yet: start again with "
+            f"`tunepilot run {ws.campaign_file} --retry {run_id}`")  # fmt: skip
+
+
+def failure_reason(ws: Workspace, run_id: str, run_dir: Path, exc: Exception) -> tuple[str, str]:
+    """(status, reason) for a run that ended on an exception. A refusal or a storage fault
+    is the campaign's to fix, and the run stays resumable (`interrupted`); anything else is a
+    failure."""
+    from tunepilot.errors import InputError, storage_fault
+
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    if isinstance(exc, InputError | OSError) or storage_fault(exc) is not None:
+        return "interrupted", f"{text[:1800]}; once fixed, {next_step(ws, run_id, run_dir)}"
+    return "failed", text[:2000]
+
+
+def record_end(ledger: Any, run_id: str, status: str, reason: str) -> None:
+    """Record how the run ended; a ledger that cannot be written (full disk) must not hide
+    the original error, and the next command marks the run interrupted anyway."""
+    from tunepilot.errors import InputError
+
+    with contextlib.suppress(InputError):
+        ledger.set_status(run_id, status, reason)
