@@ -316,3 +316,13 @@ def test_17_a_ledger_written_at_schema_1_opens_at_schema_2_with_its_rows(tmp_pat
     with pytest.raises(sqlite3.DatabaseError, match="keeps every row"):
         con.execute("UPDATE run_facts SET body = '{}'")
     con.close()
+
+
+def test_1_no_run_file_holds_a_path_into_the_campaign_folder(
+    campaign: Path, reference: list[float]
+) -> None:
+    run = campaign.parent / "runs" / "control-s0-1"
+    holding = [str(p.relative_to(run)) for p in run.rglob("*")
+               if p.is_file() and p.suffix in (".json", ".yaml", ".md", ".jsonl")
+               and str(campaign.parent) in p.read_text(encoding="utf-8")]  # fmt: skip
+    assert holding == []

@@ -111,6 +111,8 @@ def save_checkpoint(
         inner = unwrap(model)
         if _is_peft(inner):
             inner.save_pretrained(str(tmp), safe_serialization=True)
+            # PEFT's model card names the base by its absolute path; a checkpoint needs no card.
+            (tmp / "README.md").unlink(missing_ok=True)
         else:
             save_model(inner, str(tmp / _FULL_WEIGHTS))  # handles tied weights, unlike save_file
 
