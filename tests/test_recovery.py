@@ -236,7 +236,7 @@ def test_17_every_run_records_its_trainable_parameters_in_its_folder_ledger_and_
 ) -> None:
     import json
 
-    from tunepilot.deliver.export import export_command
+    from tunepilot.deliver.flow import export_command
 
     ws = Workspace.open(campaign)
     on_disk = json.loads((ws.runs_dir / "control-s0-1" / "trainable.json").read_text())
