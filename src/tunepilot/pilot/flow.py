@@ -300,4 +300,5 @@ def _memory_section(state: PilotState, out: dict[str, Any]) -> list[str]:
     out.update(memory_grid=points, memory_model=fitted.to_json(), holdout=check.to_json())
     verdict = out["holdout"]["verdict"]
     return ["## Memory measured on this machine (S1, S5)", "", fitted.sentence(), "",
-            f"Held-out check: {verdict}: {check.sentence}.", ""]  # fmt: skip
+            f"Held-out check: {check.sentence}." if check.verdict is None
+            else f"Held-out check: {verdict}: {check.sentence}.", ""]  # fmt: skip

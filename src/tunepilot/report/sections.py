@@ -265,7 +265,11 @@ def pilot(d: dict[str, Any]) -> str:
     if not md:
         return html + missing("no plan.md in the pilot folder", cmd["plan"])
     plan_md = next((v for k, v in parts.items() if k.startswith("Rental plan")), "")
-    html += markdown(plan_md or md)
+    if not plan_md:  # the pilot measures; the per-card sheet and package come from the plan
+        html += missing("the pilot measured this machine; no per-card sheet or package yet",
+                        cmd["plan"])  # fmt: skip
+    else:
+        html += markdown(plan_md)
     return html + ("<details><summary>the pilot's plan.md as written</summary>"
                    f"{markdown(md)}</details>")  # fmt: skip
 
