@@ -7,13 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tunepilot.cli.app import (
-    CampaignArgs,
-    JsonFlag,
-    app,
-    open_workspace,
-    run_body,
-)
+from tunepilot.cli.app import CampaignArgs, JsonFlag, app, open_workspace, run_body
 
 # ---------------------------------------------------------------------------------------------
 # deliver: export, verify

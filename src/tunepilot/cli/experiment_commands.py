@@ -6,13 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tunepilot.cli.app import (
-    CampaignArgs,
-    JsonFlag,
-    app,
-    open_workspace,
-    run_body,
-)
+from tunepilot.cli.app import CampaignArgs, JsonFlag, app, open_workspace, run_body
 
 # ---------------------------------------------------------------------------------------------
 # experiments: baseline, run, resume, runs, note

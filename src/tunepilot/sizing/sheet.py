@@ -63,19 +63,12 @@ class DryRuns:
         return len(self._done)
 
 
-def updates_sheet(
-    n_examples: int,
-    microbatch: int,
-    accumulation: int,
-    replicas: int = 1,
-    *,
-    updates: int | None = None,
-    epochs: float | None = None,
-    drop_last: bool = False,
-) -> dict[str, Any]:
-    """S7: examples per update, updates per epoch, examples seen; what is held and what follows."""
-    plan = plan_updates(n_examples, microbatch, accumulation, replicas, updates=updates,
-                        epochs=epochs, drop_last=drop_last)  # fmt: skip
+def updates_sheet(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """S7: examples per update, updates per epoch, examples seen; what is held and what follows.
+
+    Takes exactly `plan_updates`'s arguments; the sheet adds what follows and the rule.
+    """
+    plan = plan_updates(*args, **kwargs)
     follows = "epochs and examples seen" if plan.held == "updates" else "updates"
     return {
         **plan.to_json(),
