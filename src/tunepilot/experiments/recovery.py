@@ -46,11 +46,15 @@ def next_step(ws: Workspace, run_id: str, run_dir: Path) -> str:
 
 def failure_reason(ws: Workspace, run_id: str, run_dir: Path, exc: Exception) -> tuple[str, str]:
     """(status, reason) for a run that ended on an exception. A refusal or a storage fault
-    is the campaign's to fix, and the run stays resumable (`interrupted`); anything else is a
-    failure."""
+    is the campaign's to fix, and the run stays resumable (`interrupted`). A method that does
+    not fit the model (a LoRA target matching nothing, a frozen new head) is a failed attempt:
+    fixing it changes the configuration, so the fix is a new run, never a resume."""
     from tunepilot.errors import InputError, storage_fault
+    from tunepilot.model.build import SetupFailure
 
     text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    if isinstance(exc, SetupFailure):
+        return "failed", text[:2000]
     if isinstance(exc, InputError | OSError) or storage_fault(exc) is not None:
         return "interrupted", f"{text[:1800]}; once fixed, {next_step(ws, run_id, run_dir)}"
     return "failed", text[:2000]
