@@ -44,7 +44,7 @@ def _model(path: str, labels: list[str]):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForSequenceClassification
 
-    from tunepilot.model.base import quiet_transformers
+    from tunepilot.model.processors import quiet_transformers
 
     with quiet_transformers():
         base = AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(labels))

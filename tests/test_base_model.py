@@ -15,11 +15,8 @@ import pytest
 
 from tunepilot.campaign import ModelSettings
 from tunepilot.errors import InputError
-from tunepilot.model.base import (
-    ModelSource,
-    load_tokenizer,
-    resolve_source,
-)
+from tunepilot.model.base import ModelSource, resolve_source
+from tunepilot.model.processors import load_tokenizer
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from tunepilot.campaign import LoraSettings, ModelSettings
-from tunepilot.model.base import load_tokenizer, resolve_source
+from tunepilot.model.base import resolve_source
 from tunepilot.model.build import apply_method, load_model
 from tunepilot.model.params import trainable_report, update_audit
+from tunepilot.model.processors import load_tokenizer
 from tunepilot.verdict import Verdict
 
 pytestmark = pytest.mark.slow

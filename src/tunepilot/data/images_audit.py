@@ -21,9 +21,7 @@ audit's own checks, run on the same examples.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tunepilot.campaign import DataSettings
 from tunepilot.campaign.image_settings import ImageSettings
@@ -34,9 +32,10 @@ from tunepilot.data.audit_labels import (
     check_label_mapping,
     check_unseen_labels,
 )
+from tunepilot.data.image_facts import THUMB, ImageFacts
 from tunepilot.data.images_shortcuts import check_shortcuts
 from tunepilot.data.prepared import PreparedData
-from tunepilot.tasks.example import SPLITS, Example
+from tunepilot.tasks.example import SPLITS
 from tunepilot.tasks.image_files import ImageFileError, open_image, pixel_hash
 from tunepilot.verdict import Finding, Verdict
 
@@ -49,41 +48,6 @@ EXTENSIONS = {
     "TIFF": (".tif", ".tiff"),
     "WEBP": (".webp",),
 }
-THUMB = 16  # side of the greyscale thumbnail near duplicates are confirmed on
-
-
-@dataclass
-class ImageFacts:
-    """One example's file as the audit sees it; `error` set when it cannot be decoded."""
-
-    example: Example
-    split: str
-    path: Path
-    error: str | None = None
-    size: tuple[int, int] = (0, 0)
-    mode: str = ""
-    file_format: str = ""
-    orientation: int = 1
-    pixels: str = ""  # sha256 of the decoded RGB pixels
-    phash: int = 0
-    thumb: Any = None  # float32 THUMB x THUMB greyscale in [0, 1]
-
-    @property
-    def name(self) -> str:
-        return self.example.text
-
-    def properties(self) -> dict[str, str]:
-        """What could identify a class without looking at the picture."""
-        w, h = self.size
-        return {
-            "size": f"{w}x{h}",
-            "mode": self.mode,
-            "format": self.file_format,
-            "aspect ratio": f"{w / h:.2f}" if h else "?",
-            "EXIF orientation": str(self.orientation),
-        }
-
-
 def scan(prepared: PreparedData, root: Path, settings: ImageSettings) -> list[ImageFacts]:
     """Decode every example once (as training will) and collect its facts."""
     import imagehash

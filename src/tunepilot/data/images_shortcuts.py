@@ -13,13 +13,10 @@ property that is unique per image (real photos' exact sizes) identifies nothing.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING
 
 from tunepilot.campaign.image_settings import ImageSettings
+from tunepilot.data.image_facts import ImageFacts
 from tunepilot.verdict import Finding, Verdict
-
-if TYPE_CHECKING:
-    from tunepilot.data.images_audit import ImageFacts
 
 MIN_CLASS_SUPPORT = 3  # evaluation images a class needs before a shortcut is judged
 

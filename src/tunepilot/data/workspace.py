@@ -85,7 +85,7 @@ class Workspace:
     @cached_property
     def tokenizer(self) -> Any:
         """The base's preprocessor: its tokenizer, or its image processor for images."""
-        from tunepilot.model.base import load_image_processor, load_tokenizer
+        from tunepilot.model.processors import load_image_processor, load_tokenizer
 
         load = (
             load_image_processor

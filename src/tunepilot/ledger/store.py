@@ -24,7 +24,6 @@ import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,11 +34,8 @@ from tunepilot.ledger.liveness import RunLiveness
 from tunepilot.ledger.paths import default_run_dir, relocation_note, run_row, to_stored
 from tunepilot.ledger.schema import (
     BASELINE,
-    DEFAULT_REASON,
     MIGRATIONS,
-    NEEDS_REASON,
     SCHEMA_VERSION_DDL,
-    STATUSES,
     TRANSITIONS,
     CurvePoint,
     DeadRun,
@@ -54,6 +50,7 @@ from tunepilot.ledger.schema import (
     insert,
     utc_now,
 )
+from tunepilot.ledger.statuses import StatusHistory
 
 __all__ = [
     "BASELINE",
@@ -78,7 +75,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # ids name folders
 T = TypeVar("T")
 
 
-class Ledger(RunLiveness, EvidenceRecords, RunFacts):
+class Ledger(StatusHistory, RunLiveness, EvidenceRecords, RunFacts):
     """An open ledger: `with Ledger.open(campaign_folder) as ledger: ...`.
 
     One connection per process; a Ledger must not cross a fork (open it again in the child).
@@ -347,60 +344,6 @@ class Ledger(RunLiveness, EvidenceRecords, RunFacts):
         if not rows:
             self._require_run(self._conn, run_id)
         return run_row(rows[0], self.root)
-
-    # -- statuses ----------------------------------------------------------------------------
-    def _insert_status(
-        self, conn: sqlite3.Connection, run_id: str, status: str, reason: str, pid: int | None
-    ) -> StatusChange:
-        if status not in STATUSES:
-            raise input_error("status", repr(status), f"use one of: {', '.join(STATUSES)}")
-        reason = reason.strip()
-        if not reason and status in NEEDS_REASON:
-            raise input_error(f"run {run_id}", f"status {status} without a reason", "say why (V3)")
-        cur = conn.execute(
-            "SELECT status FROM run_status WHERE run_id = ? ORDER BY id DESC LIMIT 1", (run_id,)
-        ).fetchone()
-        before = None if cur is None else cur[0]
-        if status not in TRANSITIONS[before]:
-            allowed = ", ".join(sorted(TRANSITIONS[before])) or "nothing"
-            raise input_error(
-                f"run {run_id}",
-                f"status {before} cannot become {status} (allowed: {allowed})",
-                "a finished run keeps its result; start a new attempt with `retry` (V3)",
-            )
-        pid = os.getpid() if pid is None else pid
-        row = StatusChange(
-            run_id, status, reason or DEFAULT_REASON[status], utc_now(), pid, self._host
-        )
-        insert(conn, "run_status", **asdict(row))
-        if status == "running":
-            self._beat(conn, run_id, pid, row.at, fresh=True)
-        return row
-
-    def set_status(
-        self, run_id: str, status: str, reason: str = "", *, pid: int | None = None
-    ) -> StatusChange:
-        """Append a status row. `running` also records the process (`pid`, default: this one)
-        whose disappearance marks the run interrupted."""
-
-        def write(conn: sqlite3.Connection) -> StatusChange:
-            self._require_run(conn, run_id)
-            return self._insert_status(conn, run_id, status, reason, pid)
-
-        return self._write(write)
-
-    def current_status(self, run_id: str) -> StatusChange:
-        return self.status_history(run_id)[-1]
-
-    def status_history(self, run_id: str) -> list[StatusChange]:
-        """Every status the run has had, oldest first."""
-        rows = self._rows("SELECT * FROM run_status WHERE run_id = ? ORDER BY id", (run_id,))
-        if not rows:
-            self._require_run(self._conn, run_id)
-        return [
-            StatusChange(r["run_id"], r["status"], r["reason"], r["at"], r["pid"], r["host"])
-            for r in rows
-        ]
 
 
 def _is_busy(exc: sqlite3.DatabaseError) -> bool:

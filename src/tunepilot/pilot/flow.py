@@ -30,7 +30,7 @@ from typing import Any
 from tunepilot.campaign import stable_hash
 from tunepilot.data.workspace import Workspace
 from tunepilot.measure.memory import MemoryProbe
-from tunepilot.pilot.child import export_gate, overfit_gate, resume_gate
+from tunepilot.pilot.child import export_gate, resume_gate
 from tunepilot.pilot.gates import (
     accumulation_gate,
     checkpoint_gate,
@@ -42,6 +42,7 @@ from tunepilot.pilot.gates import (
     steady_step_gate,
     update_audit_gate,
 )
+from tunepilot.pilot.overfit import overfit_gate
 from tunepilot.pilot.phases import Gate, GateRow, PilotHooks, PilotState, gate_table, run_gate
 from tunepilot.pilot.stale import environment_gate
 from tunepilot.verdict import Verdict

@@ -42,35 +42,15 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.sizing.dry_run_config import architecture_config
+from tunepilot.sizing.phase_size import (  # noqa: F401  (PHASES: part of the interface)
+    CUDA_CONTEXT,
+    MIB,
+    PHASES,
+    PhaseSize,
+)
 
 if TYPE_CHECKING:
     from tunepilot.data.workspace import Workspace
-
-PHASES = ("first step", "steady step", "evaluation", "checkpoint", "export")
-MIB = 1024**2
-CUBLAS_WORKSPACE = 32 * MIB  # PyTorch's default cuBLAS workspace on Hopper (:4096:8)
-CUDA_CONTEXT = 512 * MIB  # assumption: CUDA context + kernels, outside torch's allocator
-
-
-@dataclass
-class PhaseSize:
-    """One phase's peak live bytes per GPU (world size 1), split by what holds them."""
-
-    phase: str  # "first step" | "steady step" | "evaluation" | "checkpoint" | "export"
-    weights: int
-    gradients: int
-    optimizer: int
-    activations: int
-    temporaries: int
-    peak: int  # live bytes at the phase's peak moment (the sum of the five at that moment)
-    flops: int  # one microbatch fwd+bwd for steps; the forward for evaluation; 0 for save
-    inputs: dict[str, Any]  # microbatch, length, base_dtype, activation_checkpointing, attention
-    notes: list[str] = field(default_factory=list)
-    analytical: dict[str, int] = field(default_factory=dict)  # added terms, bytes, by name
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class DryRun:

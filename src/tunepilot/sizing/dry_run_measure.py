@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import input_error
-from tunepilot.sizing.dry_run import CUBLAS_WORKSPACE, PHASES, PhaseSize
 from tunepilot.sizing.dry_run_attention import COUNTER, TARGET
 from tunepilot.sizing.dry_run_config import ArchitectureConfig
+from tunepilot.sizing.phase_size import CUBLAS_WORKSPACE, PHASES, PhaseSize
 
 if TYPE_CHECKING:
     from tunepilot.data.workspace import Workspace
@@ -352,7 +352,8 @@ def data_lengths(ws: Workspace, arch: ArchitectureConfig) -> tuple[int, int] | N
     tokenizer, capped at data.max_length; None when the architecture comes without one."""
     if arch.tokenizer_dir is None:
         return None
-    from tunepilot.model.base import ModelSource, load_tokenizer
+    from tunepilot.model.base import ModelSource
+    from tunepilot.model.processors import load_tokenizer
     from tunepilot.tasks import make_encoder
 
     source = ModelSource(arch.tokenizer_dir, str(arch.tokenizer_dir), None, None, {}, "local")

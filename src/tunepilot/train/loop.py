@@ -55,16 +55,13 @@ from tunepilot.train.checkpoint import (
     step_folder,
     unwrap,
 )
-from tunepilot.train.distributed import (
-    is_fully_sharded,
-    load_gathered_checkpoint,
-    save_gathered_checkpoint,
-)
+from tunepilot.train.distributed import is_fully_sharded
 from tunepilot.train.optimizer import build_optimizer
 from tunepilot.train.precision import autocast_and_scaler
 from tunepilot.train.records import Records, RecordSink
 from tunepilot.train.resume_point import load_resumable
 from tunepilot.train.schedule import lr_at
+from tunepilot.train.sharded import load_gathered_checkpoint, save_gathered_checkpoint
 from tunepilot.train.stopping import CheckpointSchedule, StopSignals
 
 Status = Literal[
