@@ -13,10 +13,11 @@ import json
 import math
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from tunepilot.errors import input_error
+from tunepilot.ledger.core import LedgerPart
 from tunepilot.ledger.schema import (
     SPLITS,
     CurvePoint,
@@ -31,20 +32,9 @@ from tunepilot.ledger.schema import (
     utc_now,
 )
 
-T = TypeVar("T")
 
-
-class EvidenceRecords:
+class EvidenceRecords(LedgerPart):
     """Curves, evaluations, test looks, notes and the hypothesis: methods of `Ledger`."""
-
-    if TYPE_CHECKING:  # supplied by Ledger
-        _host: str
-
-        def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
-        def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]: ...
-        def _require_run(
-            self, conn: sqlite3.Connection, run_id: str, baseline_ok: bool = False
-        ) -> None: ...
 
     # -- curves (V5) -------------------------------------------------------------------------
     def record_updates(self, run_id: str, points: Iterable[Mapping[str, Any]]) -> int:

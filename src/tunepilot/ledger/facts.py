@@ -14,24 +14,16 @@ A part of `Ledger` (store.py); a later fact of the same kind is a new row, never
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
+from tunepilot.ledger.core import LedgerPart
 from tunepilot.ledger.schema import dumps, insert, utc_now
 
-T = TypeVar("T")
 KINDS = ("trainable", "export")
 
 
-class RunFacts:
+class RunFacts(LedgerPart):
     """Insert-only facts per run: methods of `Ledger`."""
-
-    if TYPE_CHECKING:  # supplied by Ledger
-        def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
-        def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]: ...
-        def _require_run(
-            self, conn: sqlite3.Connection, run_id: str, baseline_ok: bool = False
-        ) -> None: ...
 
     def record_fact(self, run_id: str, kind: str, body: dict[str, Any]) -> None:
         if kind not in KINDS:

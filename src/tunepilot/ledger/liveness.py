@@ -13,32 +13,16 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from tunepilot.errors import input_error
-from tunepilot.ledger.schema import DeadRun, StatusChange, utc_now
+from tunepilot.ledger.core import LedgerPart
+from tunepilot.ledger.schema import DeadRun, utc_now
 
-T = TypeVar("T")
 
-
-class RunLiveness:
+class RunLiveness(LedgerPart):
     """Heartbeats and dead-run detection: methods of `Ledger`."""
-
-    if TYPE_CHECKING:  # supplied by Ledger
-        _conn: sqlite3.Connection
-        _host: str
-        heartbeat_timeout_s: float
-
-        def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
-        def _retrying(self, fn: Callable[[], T]) -> T: ...
-        def _require_run(
-            self, conn: sqlite3.Connection, run_id: str, baseline_ok: bool = False
-        ) -> None: ...
-        def _insert_status(
-            self, conn: sqlite3.Connection, run_id: str, status: str, reason: str, pid: int | None
-        ) -> StatusChange: ...
 
     def _beat(self, conn: sqlite3.Connection, run_id: str, pid: int, at: str, fresh: bool) -> None:
         if pid <= 0:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, TypeVar
 
 from tunepilot.errors import input_error
+from tunepilot.ledger.core import LedgerPart
 from tunepilot.ledger.schema import (
     DEFAULT_REASON,
     NEEDS_REASON,
@@ -24,24 +23,9 @@ from tunepilot.ledger.schema import (
     utc_now,
 )
 
-T = TypeVar("T")
 
-
-class StatusHistory:
+class StatusHistory(LedgerPart):
     """Status rows: methods of `Ledger`."""
-
-    if TYPE_CHECKING:  # supplied by Ledger
-        _conn: sqlite3.Connection
-        _host: str
-
-        def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
-        def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]: ...
-        def _require_run(
-            self, conn: sqlite3.Connection, run_id: str, baseline_ok: bool = False
-        ) -> None: ...
-        def _beat(
-            self, conn: sqlite3.Connection, run_id: str, pid: int, at: str, fresh: bool
-        ) -> None: ...
 
     def _insert_status(
         self, conn: sqlite3.Connection, run_id: str, status: str, reason: str, pid: int | None
