@@ -163,11 +163,14 @@ def _state_bytes(model: Any, optimizer: torch.optim.Optimizer) -> int:
     import torch
 
     inner = unwrap(model)
-    saved = [p for p in inner.parameters() if p.requires_grad or not _is_peft(inner)]
+    if isinstance(inner, torch.nn.Module):
+        saved = [p for p in inner.parameters() if p.requires_grad or not _is_peft(inner)]
+    else:  # the gathered stand-in of a sharded model (sharded.py): it writes its state dict
+        saved = [v for v in inner.state_dict().values() if isinstance(v, torch.Tensor)]
     weights = sum(p.numel() * p.element_size() for p in saved)
     state = sum(
         v.numel() * v.element_size()
-        for per_param in optimizer.state.values()
+        for per_param in optimizer.state_dict()["state"].values()
         for v in per_param.values()
         if isinstance(v, torch.Tensor)
     )

@@ -26,29 +26,24 @@ by parameter index, exactly as one process writes them. What that buys and what 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import input_error
 from tunepilot.train.checkpoint import read_state, save_checkpoint, step_folder, verify_checkpoint
-from tunepilot.train.rng import Captured
 
 if TYPE_CHECKING:
     import torch
 
 
 def save_gathered_checkpoint(
-    run_dir: Path,
-    update: int,
-    model: Any,
-    optimizer: torch.optim.Optimizer,
-    sampler_state: dict[str, Any],
-    extra: dict[str, Any],
-    keep_last: int,
-    rng_states: Sequence[Captured] | None = None,
+    run_dir: Path, update: int, model: Any, optimizer: torch.optim.Optimizer, *state: Any
 ) -> Path:
     """`checkpoint.save_checkpoint` for an FSDP2 model: a collective every rank calls.
+
+    `state` is the rest of `save_checkpoint`'s arguments (sampler state, extra, keep_last,
+    every rank's generators), passed on unchanged.
 
     The full weights and optimizer state are gathered to rank 0 (CPU), which writes the
     single-process format; the others wait at a barrier so that no rank runs ahead of a
@@ -81,7 +76,7 @@ def save_gathered_checkpoint(
         order = _param_order(model, optimizer)
         save_checkpoint(
             run_dir, update, view, _GatheredOptimizer(_by_index(optim, order)),  # type: ignore[arg-type]
-            sampler_state, extra, keep_last, rng_states,
+            *state,
         )  # fmt: skip
     dist.barrier()
     return step_folder(run_dir, update)
