@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def chain(tmp_path_factory: pytest.TempPathFactory):
     from tunepilot.data.flow import audit_workspace
     from tunepilot.data.workspace import Workspace
-    from tunepilot.deliver.export import export_command
+    from tunepilot.deliver.flow import export_command
     from tunepilot.deliver.verify import verify_command
     from tunepilot.demo.images import write_image_campaign
     from tunepilot.experiments import flow as run_flow
