@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from tunepilot.data.prepared import PreparedData
 
 
+def _inside(name: str) -> property:
+    """A path of the campaign folder's layout (module docstring), relative to its root."""
+    return property(lambda self: self.root / name, doc=f"`{name}` in the campaign folder")
+
+
 @dataclass
 class Workspace:
     campaign_file: Path
@@ -37,39 +42,13 @@ class Workspace:
     def root(self) -> Path:
         return self.campaign_file.parent
 
-    @property
-    def runs_dir(self) -> Path:
-        return self.root / "runs"
-
-    @property
-    def pilots_dir(self) -> Path:
-        return self.root / "pilots"
-
-    @property
-    def exports_dir(self) -> Path:
-        return self.root / "exports"
-
-    @property
-    def report_dir(self) -> Path:
-        return self.root / "report"
-
-    @property
-    def ledger_path(self) -> Path:
-        return self.root / "tunepilot.db"
+    runs_dir = _inside("runs")
+    pilots_dir = _inside("pilots")
+    exports_dir = _inside("exports")
+    report_dir = _inside("report")
+    ledger_path = _inside("tunepilot.db")
 
     # -- data and encoding ------------------------------------------------------------------
-    def encoding_identity(self) -> dict[str, Any]:
-        """What the data version must include about encoding (D1), without loading anything."""
-        m, d = self.campaign.model, self.campaign.data
-        return {
-            "task": self.campaign.hypothesis.task,
-            "model": m.name_or_path,
-            "revision": m.revision,
-            "max_length": d.max_length,
-            "template": None if self.campaign.hypothesis.is_classification else d.template,
-            "mask_prompt": d.mask_prompt,
-        }
-
     def prepare(self, write: bool = True, seal: bool = True) -> PreparedData:
         """The campaign's data, split and versioned; `seal=False` never creates the test seal."""
         from tunepilot.data.prepare import prepare_data
