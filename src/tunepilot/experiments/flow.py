@@ -140,21 +140,27 @@ def resume_any(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool
     return resume(ws, run_id, stop_after, as_json, from_step=step)
 
 
+def _one_outcome(outcome: Any, as_json: bool, line: str) -> int:
+    """Print one run's outcome (its JSON under --json, else `line`); its exit code."""
+    from tunepilot.console import console, print_json
+
+    if as_json:
+        print_json(_outcome_json(outcome))
+    else:
+        console.print(line)
+    return outcome_code([outcome.status])
+
+
 def retry(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool) -> int:
     """A new attempt at a run: a new id whose retry_of names it; the original keeps its line."""
-    from tunepilot.console import console, print_json
     from tunepilot.experiments.runner import Session, execute_run
 
     with _open_ledger(ws) as ledger:
         original = ledger.get_run(run_id)
         outcome = execute_run(Session(ws), ledger, original.variant, original.seed,
                               retry_of=run_id, stop_after=stop_after)
-    if as_json:
-        print_json(_outcome_json(outcome))
-    else:
-        console.print(f"{outcome.run_id} (retry of {run_id}): {outcome.status} "
-                      f"({outcome.reason}) {_headline(outcome.metrics)}")
-    return outcome_code([outcome.status])
+    return _one_outcome(outcome, as_json, f"{outcome.run_id} (retry of {run_id}): "
+                        f"{outcome.status} ({outcome.reason}) {_headline(outcome.metrics)}")
 
 
 def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after: int | None,
@@ -186,18 +192,14 @@ def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after
 
 def resume(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool,
            from_step: int | None = None) -> int:
-    from tunepilot.console import console, print_json
     from tunepilot.experiments.runner import Session, execute_run
 
     with _open_ledger(ws) as ledger:
         outcome = execute_run(Session(ws), ledger, resume_run_id=run_id, stop_after=stop_after,
                               from_step=from_step)  # fmt: skip
-    if as_json:
-        print_json(_outcome_json(outcome))
-    else:
-        console.print(f"{outcome.run_id}: {outcome.status} after {outcome.updates} updates "
-                      f"({outcome.reason}) {_headline(outcome.metrics)}")
-    return outcome_code([outcome.status])
+    line = (f"{outcome.run_id}: {outcome.status} after {outcome.updates} updates "
+            f"({outcome.reason}) {_headline(outcome.metrics)}")  # fmt: skip
+    return _one_outcome(outcome, as_json, line)
 
 
 def list_runs(ws: Workspace, as_json: bool) -> int:
