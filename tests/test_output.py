@@ -43,6 +43,19 @@ def test_issue12_5_a_table_sent_to_a_pipe_keeps_its_text_column_and_whole_ids():
     assert "312 validation examples share conversation_id with training; split by it" in out
 
 
+def test_issue12_5_an_input_error_is_never_cut_into_lines_at_a_narrow_width(tmp_path):
+    """A path or fix copied from an error (or grepped from a log) stays whole at any width."""
+    deep = tmp_path / ("folder-with-a-long-name-" * 3) / "broken.yml"
+    deep.parent.mkdir(parents=True)
+    deep.write_text("base_model: x\nlora_r: [16\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "tunepilot.cli", "init", str(tmp_path / "out"),
+                           "--from-axolotl", str(deep)], capture_output=True, text=True,
+                          env={**ENV, "COLUMNS": "40"}, timeout=120)  # fmt: skip
+    assert done.returncode == 2
+    where = next(line for line in done.stderr.splitlines() if "broken.yml" in line)
+    assert f"{deep}:3: not valid YAML" in where, done.stderr
+
+
 def test_issue12_5_progress_in_a_log_is_one_line_per_interval_with_rate_and_eta(capsys):
     from tunepilot.progress import Progress
 

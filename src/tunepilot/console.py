@@ -39,11 +39,17 @@ VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.WARN: "bold yellow", Verdic
 
 
 def print_input_error(err: InputError) -> None:
-    """Every problem on its own line: where, what was found, the fix."""
+    """Every problem on its own line: where, what was found, the fix.
+
+    Soft-wrapped: a terminal folds a long line for the eye, but no newline is ever inserted, so
+    a path or a key copied from the message (or grepped from a log) stays whole at any width.
+    """
     error_console.print(f"[bold red]error:[/] {err.title} ({len(err.problems)} problem(s))")
     for problem in err.problems:
-        error_console.print(f"  [bold]{problem.where}[/]: {problem.found}", highlight=False)
-        error_console.print(f"    [cyan]fix:[/] {problem.fix}", highlight=False)
+        error_console.print(
+            f"  [bold]{problem.where}[/]: {problem.found}", highlight=False, soft_wrap=True
+        )
+        error_console.print(f"    [cyan]fix:[/] {problem.fix}", highlight=False, soft_wrap=True)
 
 
 def findings_table(findings: list[Finding], title: str) -> Table:
