@@ -20,14 +20,13 @@ writes against that turn.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 from tunepilot.campaign import ChatSettings, stable_hash
 from tunepilot.errors import InputError, Problem
-from tunepilot.tasks.base import IGNORE_INDEX, Encoded
-from tunepilot.tasks.classification import tokenizer_identity
+from tunepilot.tasks.base import Encoded
 from tunepilot.tasks.example import Example
-from tunepilot.tasks.generation import answer_text, gold_object
+from tunepilot.tasks.generation import AnswerRules, CausalLMEncoder
 
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 MaskMethod = Literal["generation tags", "prefix diff"]
@@ -37,21 +36,13 @@ def _refuse(where: str, found: str, fix: str, title: str = "invalid chat templat
     return InputError([Problem(where, found, fix)], title=title)
 
 
-class ChatEncoder:
+class ChatEncoder(CausalLMEncoder):
     """Encode a conversation with the chat template; loss on assistant turns only (D5)."""
 
-    kind = "causal_lm"
     uses_chat_template = True  # the rendered text holds its special tokens (BOS included)
 
     def __init__(
-        self,
-        tokenizer: Any,
-        chat: ChatSettings,
-        max_length: int,
-        mask_prompt: bool = True,
-        task: Literal["extraction", "format"] = "format",
-        required_fields: list[str] | None = None,
-        schema: dict[str, Any] | None = None,
+        self, tokenizer: Any, chat: ChatSettings, max_length: int, **answers: Unpack[AnswerRules]
     ) -> None:
         template = chat.chat_template_jinja or getattr(tokenizer, "chat_template", None)
         if not template:
@@ -70,18 +61,12 @@ class ChatEncoder:
                 "save the model with its fast tokenizer (tokenizer.json)",
                 title="tokenizer cannot locate turns",
             )
-        self.tokenizer = tokenizer
+        super().__init__(tokenizer, max_length, **{"task": "format", **answers})
         self.chat = chat
         self.template: str = template
-        self.max_length = max_length
-        self.mask_prompt = mask_prompt
-        self.task = task
-        self.required_fields = list(required_fields or [])
-        self.schema = schema
         self.mask_method: MaskMethod = (
             "generation tags" if _GENERATION_TAG.search(template) else "prefix diff"
         )
-        self._identity = tokenizer_identity(tokenizer)
 
     # -- rendering -----------------------------------------------------------------------------
 
@@ -115,12 +100,6 @@ class ChatEncoder:
         """The evaluation prompt's ids, cut to max_length as in training."""
         ids = self.tokenizer(self.render_prompt(example), add_special_tokens=False)["input_ids"]
         return list(ids)[: self.max_length]
-
-    def answer_text(self, example: Example) -> str:
-        return answer_text(example, self.task)
-
-    def gold_object(self, example: Example) -> dict[str, Any]:
-        return gold_object(example)
 
     # -- where the assistant turns are ------------------------------------------------------------
 
@@ -189,43 +168,14 @@ class ChatEncoder:
                 "assistant turn(s)",
                 "wrap each assistant message, and only those, in {% generation %}",
             )
-        numbered = list(enumerate(spans, start=1))
+        numbers = list(range(1, len(spans) + 1))
         if self.chat.assistant_turns == "last":
-            numbered = numbered[-1:]
-        ids = full[: self.max_length]
-        labels = [IGNORE_INDEX] * len(ids) if self.mask_prompt else list(ids)
-        for _, (start, end) in numbered:
-            for k in range(start, min(end, len(ids))):
-                labels[k] = ids[k]
-        cut = [n for n, (_, end) in numbered if end > len(ids)]
-        first_loss = next((k for k, t in enumerate(labels) if t != IGNORE_INDEX), len(ids))
-        return Encoded(
-            example_id=example.id,
-            input_ids=ids,
-            labels=labels,
-            prompt_length=first_loss,
-            truncated=len(full) > len(ids),
-            target_truncated=bool(cut),
-            full_length=len(full),
-            cut_turns=cut,
-        )
-
-    def expected_target(self, example: Example) -> str:
-        return self.answer_text(example)
-
-    def training_view(self) -> ChatEncoder:
-        return self
+            numbers, spans = numbers[-1:], spans[-1:]
+        return self._loss_on(example, full, spans, turns=numbers)
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "task": self.task,
-            "tokenizer": self._identity,
-            "max_length": self.max_length,
-            "chat": self.chat.model_dump(mode="json"),
-            "chat_template_hash": stable_hash(self.template),
-            "loss_mask_method": self.mask_method,
-            "mask_prompt": self.mask_prompt,
-            "required_fields": self.required_fields,
-            "schema": self.schema,
-        }
+        return self._described(
+            chat=self.chat.model_dump(mode="json"),
+            chat_template_hash=stable_hash(self.template),
+            loss_mask_method=self.mask_method,
+        )
