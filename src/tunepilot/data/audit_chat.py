@@ -14,6 +14,7 @@ from typing import Any
 
 from tunepilot.data.audit_labels import FAIL, PASS, SHOWN, WARN, _later, _noun, _nouns, _order
 from tunepilot.data.normalize import normalize_text
+from tunepilot.errors import InputError
 from tunepilot.tasks.base import IGNORE_INDEX
 from tunepilot.tasks.example import Example, Splits
 from tunepilot.verdict import Finding
@@ -117,10 +118,15 @@ def check_turn_end(splits: Splits, encoder: Any) -> Finding:
     check = "assistant turns end with EOS"
     tokenizer = encoder.tokenizer
     eos = tokenizer.eos_token_id
-    first = next((ex for s in _order(splits) for ex in splits[s]), None)
-    if first is None:
-        return Finding(check, WARN, "no conversation to check: cannot validate", "D5")
-    enc = encoder.encode(first)
+    first, enc = None, None
+    for ex in (ex for s in _order(splits) for ex in splits[s]):
+        try:  # a row the template refuses is the length check's FAIL, named there
+            first, enc = ex, encoder.encode(ex)
+            break
+        except InputError:
+            continue
+    if first is None or enc is None:
+        return Finding(check, WARN, "no conversation encodes: cannot validate", "D5")
     trained = [t for t in enc.labels if t != IGNORE_INDEX]
     if eos in trained:
         sentence = (f"the trained tokens of {first.id} include EOS {tokenizer.eos_token!r}: "
