@@ -37,6 +37,7 @@ from tunepilot.deliver.card import guard_warning, read_audit
 from tunepilot.deliver.provenance import bundle_extras
 from tunepilot.errors import input_error, writing
 from tunepilot.model.build import AUTO_CLASSES
+from tunepilot.model.processors import quiet_transformers
 from tunepilot.tasks.example import Example
 from tunepilot.train.manifest import write_manifest
 from tunepilot.verdict import Verdict
@@ -138,18 +139,19 @@ def export_model(
     shutil.rmtree(tmp, ignore_errors=True)  # left by an earlier export of this process id
     tmp.mkdir()
     try:
-        if weights == "adapter":
-            model.save_pretrained(str(tmp), safe_serialization=True)
-            _tie_adapter(tmp, model_source)
-        else:
-            model.save_pretrained(str(tmp))  # transformers 5 writes safetensors only
-        if campaign.data.chat and campaign.data.chat.chat_template_jinja:
-            tokenizer.chat_template = campaign.data.chat.chat_template_jinja  # as trained
-        tokenizer.save_pretrained(str(tmp))
-        if spec["merged"]:
-            from tunepilot.deliver.merge import save_merged
+        with quiet_transformers():  # its "Writing model shards" bar is noise in a log
+            if weights == "adapter":
+                model.save_pretrained(str(tmp), safe_serialization=True)
+                _tie_adapter(tmp, model_source)
+            else:
+                model.save_pretrained(str(tmp))  # transformers 5 writes safetensors only
+            if campaign.data.chat and campaign.data.chat.chat_template_jinja:
+                tokenizer.chat_template = campaign.data.chat.chat_template_jinja  # as trained
+            tokenizer.save_pretrained(str(tmp))
+            if spec["merged"]:
+                from tunepilot.deliver.merge import save_merged
 
-            save_merged(model, tokenizer, tmp / spec["merged"])
+                save_merged(model, tokenizer, tmp / spec["merged"])
         resolved = {**campaign.model_dump(mode="json"), "_export": {"run_id": run_id}}
         (tmp / "campaign.resolved.yaml").write_text(
             yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8"

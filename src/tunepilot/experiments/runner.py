@@ -242,8 +242,9 @@ def execute_run(
 
     last_eval: list[Any] = []  # the loop always evaluates the final weights; keep that one
 
-    def evaluate_point(model: Any) -> dict[str, Any]:
-        last_eval[:] = [session.evaluate(model, campaign)]
+    def evaluate_point(model: Any) -> dict[str, Any]:  # shown under training's own progress
+        label = f"validation of {run_id}" if progress is not False else None
+        last_eval[:] = [session.evaluate(model, campaign, label=label)]
         return last_eval[0].metrics
 
     try:

@@ -45,6 +45,7 @@ from tunepilot.pilot.gates import (
 from tunepilot.pilot.overfit import overfit_gate
 from tunepilot.pilot.phases import Gate, GateRow, PilotHooks, PilotState, gate_table, run_gate
 from tunepilot.pilot.stale import environment_gate
+from tunepilot.progress import Progress
 from tunepilot.verdict import Verdict
 
 GATES = (
@@ -142,8 +143,12 @@ def execute_pilot(
     pilot_id, folder = new_pilot_folder(ws.pilots_dir)
     state = new_state(ws, pilot_id, folder, tensors=tensors, hooks=hooks)
     rows: dict[str, GateRow] = {}
-    for gate in GATES:
-        rows[gate.name] = run_gate(state, gate, rows)
+    with Progress(f"pilot {pilot_id}", len(GATES), "gates", heartbeat=True) as shown:
+        for number, gate in enumerate(GATES):
+            shown.advance(number, f"gate {gate.number} {gate.name}")
+            rows[gate.name] = run_gate(state, gate, rows)
+        shown.note = ""
+        shown.advance(len(GATES))
     verdicts = {r.verdict for r in rows.values()}
     overall = next((v for v in (Verdict.FAIL, Verdict.WARN) if v in verdicts), Verdict.PASS)
     payload = {
