@@ -186,3 +186,24 @@ def test_issue12_1_the_audit_reports_rows_the_template_refuses_instead_of_stoppi
     assert ends.examples == ["c2"] and "not with the tokenizer's EOS" in ends.sentence
     lengths = check_lengths(splits, encoder, "format", 4096, AuditSettings())
     assert lengths.verdict is Verdict.FAIL and "System role not supported" in lengths.sentence
+
+
+def test_issue12_5_content_that_is_not_a_string_is_named_with_the_fix_for_its_shape(
+    tiny_chat_llama_dir: Path, tmp_path: Path
+) -> None:
+    from test_chat_data import campaign, write_rows
+    from tunepilot.data.load import load_file
+
+    user = {"role": "user", "content": "hi"}
+    parts = [{"type": "text", "text": "ok"}]
+    path = write_rows(tmp_path / "chat.jsonl", [
+        {"messages": [user, {"role": "assistant", "content": parts}]},
+        {"messages": [user, {"role": "assistant", "content": 42}]},
+    ])  # fmt: skip
+    with pytest.raises(InputError) as err:
+        load_file(path, campaign(tiny_chat_llama_dir).data, "format")
+    first, second = err.value.problems
+    assert first.where == f"{path}:1 messages[1]" and "has a list as `content`" in first.found
+    assert "join the text parts into one string" in first.fix
+    assert second.where == f"{path}:2 messages[1]" and "has an int as `content`" in second.found
+    assert "give it text in `content`" in second.fix

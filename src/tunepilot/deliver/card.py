@@ -65,7 +65,8 @@ def card_metrics(task: str, predictions: list[Any], metrics: dict[str, Any]) -> 
     for key, value in metrics.items():  # the run's other numbers, without an interval
         if isinstance(value, int | float) and not isinstance(value, bool) and key not in (
                 *headline, "n"):  # fmt: skip
-            out.append(CardMetric(key, float(value), None, None, len(ids) or None))
+            n = None if key.startswith("train_") else len(ids) or None  # not validation's
+            out.append(CardMetric(key, float(value), None, None, n))
     return out
 
 

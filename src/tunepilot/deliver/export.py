@@ -236,21 +236,27 @@ def _readme(
     reader = "AutoImageProcessor" if images else "AutoTokenizer"
     reads = "processor" if images else "tokenizer"
     rev = source.resolved_commit or source.revision
+    # the folder as written; once pushed to the Hub, its repo id loads it the same way
+    bundle = f"bundle = {str(out_dir)!r}  # this folder, or its Hub repo id once pushed\n"
     if spec["weights"] == "adapter":
         kw = "".join(f", {k}={v!r}" for k, v in load["config"].items())
         rev_kw = f", revision={rev!r}" if rev and source.kind == "hub" else ""
         snippet = (
-            f"from transformers import {auto}, {reader}\nfrom peft import PeftModel\n"
+            f"from transformers import {auto}, {reader}\nfrom peft import PeftModel\n{bundle}"
             f"base = {auto}.from_pretrained({source.name!r}{rev_kw}{kw})\n"
-            f"model = PeftModel.from_pretrained(base, {str(out_dir)!r}).eval()\n"
-            f"{reads} = {reader}.from_pretrained({str(out_dir)!r})"
+            f"model = PeftModel.from_pretrained(base, bundle).eval()\n"
+            f"{reads} = {reader}.from_pretrained(bundle)"
         )
     else:
         snippet = (
-            f"from transformers import {auto}, {reader}\n"
-            f"model = {auto}.from_pretrained({str(out_dir)!r}).eval()\n"
-            f"{reads} = {reader}.from_pretrained({str(out_dir)!r})"
+            f"from transformers import {auto}, {reader}\n{bundle}"
+            f"model = {auto}.from_pretrained(bundle).eval()\n"
+            f"{reads} = {reader}.from_pretrained(bundle)"
         )
+    tie = ("The adapter only works on that exact base: its weight files are"
+           if spec["weights"] == "adapter" else
+           "This is a full fine-tune of that base (it loads on its own); the base's weight "
+           "files were")  # fmt: skip
     if spec["model_kind"] != "causal_lm":
         what = "Image" if images else "Sequence"
         task = (
@@ -294,7 +300,7 @@ def _readme(
 {snippet}
 ```
 
-The base is {base_note}. The adapter only works on that exact base: its weight files are
+The base is {base_note}. {tie}
 
 {weights}
 
