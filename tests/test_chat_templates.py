@@ -166,6 +166,8 @@ def test_issue12_1_data_show_without_colour_brackets_exactly_the_assistant_turns
         marked = re.findall(r"⟦(.*?)⟧", "".join(lines).replace("|", ""))
         assert [m.replace("␣", " ") for m in marked] == trained
         assert "(inside ⟦ ⟧)" in text and "⟦...⟧ loss" in text
+        said = " ".join(text.split())  # Rich folds the line at width 40
+        assert "expected (the last assistant turn, what evaluation scores): you are welcome" in said
 
 
 def test_issue12_1_the_audit_reports_rows_the_template_refuses_instead_of_stopping(

@@ -196,7 +196,9 @@ def print_samples(samples: list[Sample], console: Any) -> None:
                     Text(f"loss positions from the chat template ({s.loss_positions_from})",
                          style="dim")  # fmt: skip
                 )
-            console.print(Text("expected: ", style="bold") + Text(s.expected))
+            said = "expected (the last assistant turn, what evaluation scores): " if (
+                s.loss_positions_from) else "expected: "  # fmt: skip
+            console.print(Text(said, style="bold") + Text(s.expected))
         for note in s.notes:
             console.print(Text(f"WARN: {note}", style="yellow"))
         console.print()
