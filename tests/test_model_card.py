@@ -85,3 +85,4 @@ def test_issue12_4_a_full_fine_tune_card_is_a_transformers_model_not_an_adapter(
     assert "lora" not in card.data.tags and "adapter" not in card.text.split("## Check it")[0]
     assert "This is a full fine-tune of that base" in card.text
     assert "AutoModelForCausalLM.from_pretrained(bundle)" in card.text
+    assert "one example moves a per-example rate (exact match) by" in card.text  # no accuracy

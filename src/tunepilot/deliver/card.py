@@ -77,8 +77,9 @@ def observed_limits(
     """What this adapter's evidence cannot claim (L5), from its own evaluation and audit."""
     limits = []
     if 0 < n_validation < SMALL_VALIDATION:
+        rate = "accuracy" if kind != "causal_lm" else "a per-example rate (exact match)"
         limits.append(f"The validation split has {n_validation} examples: an interval above "
-                      "is wide, and one example moves accuracy by "
+                      f"is wide, and one example moves {rate} by "
                       f"{100 / max(n_validation, 1):.1f} points.")  # fmt: skip
     per_class = metrics.get("per_class") or {}
     unseen = sorted(c for c, m in per_class.items() if not (m or {}).get("support"))
