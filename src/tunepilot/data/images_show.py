@@ -79,7 +79,8 @@ def contact_sheet(samples: list[dict[str, Any]], root: Path, path: Path, title: 
                 note = (
                     f"{'x'.join(map(str, facts['shape']))} {facts['min']:.2f}..{facts['max']:.2f}"
                 )
-                cells.append(Cell(tensor_picture(stage.value), stage.name.split(" (")[0], note))
+                picture = tensor_picture(stage.value, stage.black, stage.white)
+                cells.append(Cell(picture, stage.name.split(" (")[0], note))
             else:
                 cells.append(Cell(stage.value, stage.name.split(" (")[0], _label(stage.value.size)))
         orientation = info["exif_orientation"]
