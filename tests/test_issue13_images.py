@@ -317,3 +317,22 @@ def test_issue13_4_dry_run_sizes_an_image_campaign_as_its_step_measures(
         for check in check_steps(ws, microbatch=128, base_dtype="fp32", device="cpu"):
             assert check.verdict == "PASS", (method, check.sentence)
             assert abs(check.error) < 0.01, (method, check.sentence)
+
+
+@pytest.mark.slow
+def test_issue13_5_the_image_demo_runs_every_step_of_the_chain(tmp_path: Path) -> None:
+    """`tunepilot demo --task image --quick`: its plan step used to exit 2 (the dry run sized
+    text only), which ended the demo before the sweep. Every step now runs; exit 1 only for
+    the planted FAILs, which the summary names."""
+    done = _cli("demo", str(tmp_path / "demo"), "--task", "image", "--quick")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    out = done.stdout
+    for step in ("data audit", "baseline", "pilot", "plan (L1, L3)", "sweep", "compare",
+                 "report", "summary"):  # fmt: skip
+        assert step in out, step
+    assert "microbatch 16 x image 3x32x32" in out  # the plan sized pixel batches
+    summary = out[out.index("summary") :]
+    assert "FAIL in: data audit" in summary and "5. dossier:" in summary
+    html = (tmp_path / "demo" / "report" / "index.html").read_text(encoding="utf-8")
+    assert html.count('<img src="data:image/png;base64,') >= 2  # contact sheet, pairs
