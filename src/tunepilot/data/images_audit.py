@@ -2,14 +2,18 @@
 
 Every file is decoded once, exactly as training decodes it (`tasks.image_files.open_image`),
 and described by a few facts: size, mode, file format, EXIF orientation, a hash of the decoded
-pixels and a perceptual hash (`imagehash.phash`). The checks read only those facts:
+pixels and perceptual hashes (`imagehash.phash`). The checks read only those facts:
 
 * unusable files (empty, not an image, truncated, decompression bomb): FAIL naming each file;
 * file content that is not what the extension says: WARN;
-* exact duplicates by decoded pixels, and near duplicates across splits: a perceptual-hash
-  candidate confirmed by the pixels themselves (a resized or re-encoded copy), shown side by
-  side in `data/<version>/near_duplicates.png`;
-* EXIF rotations and mixed colour modes, named so a person can look at them;
+* exact duplicates by decoded pixels, and near duplicates across splits (`images_near`): a
+  perceptual-hash candidate, as stored or mirrored, confirmed by the pixels themselves (a
+  resized, re-encoded or flipped copy), shown side by side in
+  `data/<version>/near_duplicates.png`;
+* EXIF rotations per split: tagged files in one split and none in another FAIL when the tags
+  are ignored, or when applying them leaves one split portrait and another landscape (tags
+  stripped without rotating); otherwise WARN, named so a person can look at them;
+* mixed colour modes, named (each becomes RGB);
 * a property that alone identifies a class (all 7s are 16 x 16, all 4s are RGBA): a rule
   learned on the training split from that property alone, scored on the evaluation splits
   against the majority-class rate. A model learns such a shortcut first; FAIL.
