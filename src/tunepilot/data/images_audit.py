@@ -246,8 +246,9 @@ def check_exif(good: list[ImageFacts], settings: ImageSettings) -> Finding:
         sentence = (
             f"{seen}; with the tags applied, {a:.0%} of {tagged}'s pictures are portrait and "
             f"{b:.0%} of {untagged}'s: {untagged}'s files look stripped of their tag without "
-            f"being rotated (sideways for good); {redo} (compare `tunepilot data show --split "
-            f"{untagged}` with the training split)"
+            f"being rotated (sideways for good), or the splits hold differently shaped "
+            f"pictures; either way evaluation is not what training saw; {redo} (compare "
+            f"`tunepilot data show --split {untagged}` with the training split)"
         )
         return Finding(check, FAIL, sentence, "D3", ids, details)
     sentence = (
