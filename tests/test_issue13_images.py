@@ -336,3 +336,22 @@ def test_issue13_5_the_image_demo_runs_every_step_of_the_chain(tmp_path: Path) -
     assert "FAIL in: data audit" in summary and "5. dossier:" in summary
     html = (tmp_path / "demo" / "report" / "index.html").read_text(encoding="utf-8")
     assert html.count('<img src="data:image/png;base64,') >= 2  # contact sheet, pairs
+
+
+def test_issue13_2_showing_another_split_leaves_the_reports_training_sheet_alone(
+    tmp_path: Path, vit: Path
+) -> None:
+    from tunepilot.data.images_show import show_images
+    from tunepilot.data.workspace import Workspace
+
+    write_shapes(tmp_path, vit)
+    ws = Workspace.open(tmp_path / "campaign.yaml")
+    prepared = ws.prepare(seal=False)
+    encoder = ws.encoder(prepared.label_names)
+    sheets = {}
+    for split in ("train", "validation"):
+        examples = prepared.splits[split]
+        _, sheets[split] = show_images(encoder, examples, split, ws.root, prepared.folder, 0, 1)
+    assert sheets["train"].name == "contact_sheet.png"
+    assert sheets["validation"].name == "contact_sheet-validation.png"
+    assert sheets["train"].read_bytes() != sheets["validation"].read_bytes()
