@@ -2,14 +2,18 @@
 
 Every file is decoded once, exactly as training decodes it (`tasks.image_files.open_image`),
 and described by a few facts: size, mode, file format, EXIF orientation, a hash of the decoded
-pixels and a perceptual hash (`imagehash.phash`). The checks read only those facts:
+pixels and perceptual hashes (`imagehash.phash`). The checks read only those facts:
 
 * unusable files (empty, not an image, truncated, decompression bomb): FAIL naming each file;
 * file content that is not what the extension says: WARN;
-* exact duplicates by decoded pixels, and near duplicates across splits: a perceptual-hash
-  candidate confirmed by the pixels themselves (a resized or re-encoded copy), shown side by
-  side in `data/<version>/near_duplicates.png`;
-* EXIF rotations and mixed colour modes, named so a person can look at them;
+* exact duplicates by decoded pixels, and near duplicates across splits (`images_near`): a
+  perceptual-hash candidate, as stored or mirrored, confirmed by the pixels themselves (a
+  resized, re-encoded or flipped copy), shown side by side in
+  `data/<version>/near_duplicates.png`;
+* EXIF rotations per split: tagged files in one split and none in another FAIL when the tags
+  are ignored, or when applying them leaves one split portrait and another landscape (tags
+  stripped without rotating); otherwise WARN, named so a person can look at them;
+* mixed colour modes, named (each becomes RGB);
 * a property that alone identifies a class (all 7s are 16 x 16, all 4s are RGBA): a rule
   learned on the training split from that property alone, scored on the evaluation splits
   against the majority-class rate. A model learns such a shortcut first; FAIL.
@@ -32,7 +36,8 @@ from tunepilot.data.audit_labels import (
     check_label_mapping,
     check_unseen_labels,
 )
-from tunepilot.data.image_facts import THUMB, ImageFacts
+from tunepilot.data.image_facts import GREY_SPREAD, THUMB, ImageFacts
+from tunepilot.data.images_near import check_near_images
 from tunepilot.data.images_shortcuts import check_shortcuts
 from tunepilot.data.prepared import PreparedData
 from tunepilot.tasks.example import SPLITS
@@ -40,6 +45,7 @@ from tunepilot.tasks.image_files import ImageFileError, open_image, pixel_hash
 from tunepilot.verdict import Finding, Verdict
 
 PASS, WARN, FAIL = Verdict.PASS, Verdict.WARN, Verdict.FAIL
+SPLIT_GAP = 0.5  # splits whose share of EXIF-tagged files differs this much differ in origin
 EXTENSIONS = {
     "PNG": (".png",),
     "JPEG": (".jpg", ".jpeg"),
@@ -52,7 +58,7 @@ def scan(prepared: PreparedData, root: Path, settings: ImageSettings) -> list[Im
     """Decode every example once (as training will) and collect its facts."""
     import imagehash
     import numpy as np
-    from PIL import Image
+    from PIL import Image, ImageOps
 
     out = []
     for split in SPLITS:
@@ -66,11 +72,16 @@ def scan(prepared: PreparedData, root: Path, settings: ImageSettings) -> list[Im
                 continue
             image = decoded.image
             facts.size, facts.mode = decoded.original_size, decoded.original_mode
+            facts.shown = image.size
             facts.file_format, facts.orientation = decoded.file_format, decoded.orientation
             facts.pixels = pixel_hash(image)
             facts.phash = int(str(imagehash.phash(image)), 16)
-            grey = image.convert("L").resize((THUMB, THUMB), Image.Resampling.BILINEAR)
-            facts.thumb = np.asarray(grey, dtype=np.float32) / 255.0
+            facts.mirrored_phash = int(str(imagehash.phash(ImageOps.mirror(image))), 16)
+            small = image.resize((THUMB, THUMB), Image.Resampling.BILINEAR)
+            facts.thumb = np.asarray(small.convert("L"), dtype=np.float32) / 255.0
+            colour = np.asarray(small, dtype=np.float32) / 255.0
+            if float(np.abs(colour - colour.mean(axis=2, keepdims=True)).mean()) > GREY_SPREAD:
+                facts.colour = colour
             out.append(facts)
     return out
 
@@ -173,92 +184,85 @@ def check_exact_images(good: list[ImageFacts]) -> Finding:
     return Finding(check, WARN, sentence, "D2", ids, details)
 
 
-def near_pairs(
-    good: list[ImageFacts], settings: ImageSettings
-) -> list[tuple[ImageFacts, ImageFacts, int, float]]:
-    """Pairs in different splits whose perceptual hashes differ by at most
-    `near_duplicate_bits` and whose thumbnails differ by at most `near_duplicate_pixel_diff`;
-    exact copies are left to check_exact_images. Hash distances are computed as whole
-    matrices (XOR + popcount), a block of rows at a time: 50,000 images stay seconds."""
-    import numpy as np
-
-    by_split = {s: [f for f in good if f.split == s] for s in SPLITS}
-    out = []
-    for i, first in enumerate(SPLITS):
-        for second in SPLITS[i + 1 :]:
-            left, right = by_split[first], by_split[second]
-            if not left or not right:
-                continue
-            a = np.array([f.phash for f in left], dtype=np.uint64)
-            b = np.array([f.phash for f in right], dtype=np.uint64)
-            for start in range(0, len(a), 1024):
-                bits = np.bitwise_count(a[start : start + 1024, None] ^ b[None, :])
-                for r, c in zip(*np.nonzero(bits <= settings.near_duplicate_bits), strict=True):
-                    x, y = left[start + int(r)], right[int(c)]
-                    diff = float(np.abs(x.thumb - y.thumb).mean())
-                    if x.pixels != y.pixels and diff <= settings.near_duplicate_pixel_diff:
-                        out.append((x, y, int(bits[r, c]), diff))
-    return out
-
-
-def check_near_images(
-    good: list[ImageFacts], settings: ImageSettings, folder: Path | None
-) -> Finding:
-    """D2: a resized or re-encoded copy of a training picture in evaluation is a memory test."""
-    check = "near duplicate images across splits"
-    pairs = near_pairs(good, settings)
-    rule = (
-        f"perceptual hash within {settings.near_duplicate_bits} bits and mean pixel "
-        f"difference <= {settings.near_duplicate_pixel_diff:g}"
-    )
-    if not pairs:
-        return Finding(check, PASS, f"no near-duplicate pair across splits ({rule})", "D2")
-    picture = None
-    if folder is not None:
-        from tunepilot.data.images_sheet import write_pairs_sheet
-
-        picture = write_pairs_sheet(pairs[:12], Path(folder) / "near_duplicates.png")
-    shown = "; ".join(f"{a.name} ({a.split}) ~ {b.name} ({b.split})" for a, b, _, _ in pairs[:3])
-    where = f"; side by side in {picture}" if picture else ""
-    sentence = (
-        f"{len(pairs)} near-duplicate pair(s) across splits ({rule}), e.g. {shown}{where}; "
-        "keep each picture and its resized copies in one split (a group field, "
-        "split.policy: group) or delete the copies"
-    )
-    details = {
-        "pairs": [
-            {
-                "a": a.name,
-                "a_split": a.split,
-                "b": b.name,
-                "b_split": b.split,
-                "hash_bits": bits,
-                "pixel_diff": round(diff, 4),
-            }
-            for a, b, bits, diff in pairs[:50]
-        ],
-        "picture": str(picture) if picture else None,
-    }
-    ids = [x.example.id for a, b, _, _ in pairs[:3] for x in (a, b)][:SHOWN]
-    return Finding(check, FAIL, sentence, "D2", ids, details)
-
-
 def check_exif(good: list[ImageFacts], settings: ImageSettings) -> Finding:
-    """EXIF orientation: a viewer rotates, a loader that ignores the tag does not."""
+    """EXIF orientation, per split: a viewer rotates, a loader that ignores the tag does not,
+    and a tool that drops the tag without rotating leaves the picture sideways for good.
+
+    Splits whose share of tagged files differs by SPLIT_GAP or more went through different
+    pipelines (camera files in one, exported files in another). Without exif_transpose that is
+    sideways pictures in one split and upright ones in the other: FAIL. With it, the tagged files
+    are turned upright; whether the untagged ones are shows in the shape of the pictures the
+    model gets: when one split comes out portrait and the other landscape, the untagged files
+    lost their tag without being rotated: FAIL. Otherwise (square pictures say nothing) WARN,
+    with each split's counts and the contact sheet to look at."""
     check = "EXIF orientation"
     rotated = [f for f in good if f.orientation != 1]
     if not rotated:
         return Finding(check, PASS, "no file carries an EXIF rotation", "D3")
-    applied = (
-        "applied to every split (data.images.exif_transpose: true); look at them in the "
-        "contact sheet (`tunepilot data show`)"
-        if settings.exif_transpose
-        else "NOT applied (data.images.exif_transpose: false): the model sees them rotated; "
-        "turn it on unless the stored pixels are what you mean"
+    splits = {s: [f for f in good if f.split == s] for s in SPLITS}
+    splits = {s: items for s, items in splits.items() if items}
+    share = {s: sum(f.orientation != 1 for f in items) / len(items) for s, items in splits.items()}
+    counts = ", ".join(
+        f"{s} {sum(f.orientation != 1 for f in items)} of {len(items)}"
+        for s, items in splits.items()
     )
-    sentence = f"{len(rotated)} file(s) carry an EXIF rotation ({_files(rotated)}): {applied}"
-    details = {"files": [{"file": f.name, "orientation": f.orientation} for f in rotated[:50]]}
-    return Finding(check, WARN, sentence, "D3", [f.example.id for f in rotated[:SHOWN]], details)
+    ids = [f.example.id for f in rotated[:SHOWN]]
+    details = {
+        "per_split": {s: round(v, 4) for s, v in share.items()},
+        "files": [{"file": f.name, "split": f.split, "orientation": f.orientation}
+                  for f in rotated[:50]],
+    }  # fmt: skip
+    tagged, untagged = max(share, key=share.__getitem__), min(share, key=share.__getitem__)
+    if share[tagged] - share[untagged] < SPLIT_GAP:
+        applied = (
+            "applied to every split (data.images.exif_transpose: true); look at them in the "
+            "contact sheet (`tunepilot data show`)"
+            if settings.exif_transpose
+            else "NOT applied (data.images.exif_transpose: false): the model sees them rotated; "
+            "turn it on unless the stored pixels are what you mean"
+        )
+        sentence = (
+            f"{len(rotated)} file(s) carry an EXIF rotation ({_files(rotated)}; per split: "
+            f"{counts}): {applied}"
+        )
+        return Finding(check, WARN, sentence, "D3", ids, details)
+    seen = (
+        f"the splits were prepared differently: files with an EXIF rotation tag per split: "
+        f"{counts} (e.g. {_files([f for f in rotated if f.split == tagged], 2)}; untagged in "
+        f"{untagged}: {_files([f for f in splits[untagged] if f.orientation == 1], 2)})"
+    )
+    redo = f"re-export every split the same way from the originals, or rotate {untagged}'s files"
+    if not settings.exif_transpose:
+        sentence = (
+            f"{seen}; with data.images.exif_transpose: false the model gets {tagged}'s tagged "
+            f"files as stored (rotated) and {untagged}'s as they are: set exif_transpose: true "
+            f"if the tags are right, else {redo}"
+        )
+        return Finding(check, FAIL, sentence, "D3", ids, details)
+    portrait = {s: _portrait_share(items) for s, items in splits.items()}
+    details["portrait_share"] = portrait
+    a, b = portrait[tagged], portrait[untagged]
+    if a is not None and b is not None and abs(a - b) >= SPLIT_GAP:
+        sentence = (
+            f"{seen}; with the tags applied, {a:.0%} of {tagged}'s pictures are portrait and "
+            f"{b:.0%} of {untagged}'s: {untagged}'s files look stripped of their tag without "
+            f"being rotated (sideways for good), or the splits hold differently shaped "
+            f"pictures; either way evaluation is not what training saw; {redo} (compare "
+            f"`tunepilot data show --split {untagged}` with the training split)"
+        )
+        return Finding(check, FAIL, sentence, "D3", ids, details)
+    sentence = (
+        f"{seen}; the tags are applied in every split (data.images.exif_transpose: true), so "
+        f"{tagged}'s files come out upright; check with `tunepilot data show --split "
+        f"{untagged}` that {untagged}'s untagged files are upright too"
+    )
+    return Finding(check, WARN, sentence, "D3", ids, details)
+
+
+def _portrait_share(items: list[ImageFacts]) -> float | None:
+    """Share of portrait pictures among the non-square ones (None: all square)."""
+    shapes = [f.portrait for f in items if f.portrait is not None]
+    return round(sum(shapes) / len(shapes), 4) if shapes else None
 
 
 def check_modes(good: list[ImageFacts]) -> Finding:

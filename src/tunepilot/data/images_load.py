@@ -7,7 +7,10 @@ JSONL, Parquet) goes through the text loader (ids, labels, groups and times read
 for text) with `data.fields.image` as the path column, paths relative to the table's folder.
 
 Files are hashed here, never decoded: an unreadable or oversized image is the audit's FAIL
-(naming the file), and training refuses it with exit 2; a *missing* file is a load error.
+(naming the file), and training refuses it with exit 2; a *missing* file, or a path that leads
+out of both the table's folder and the campaign folder (`../..`, or an absolute path
+elsewhere), is a load error naming the row: such a campaign cannot be copied whole, and a stray
+`../` usually means the paths were written relative to another folder.
 """
 
 from __future__ import annotations
@@ -47,8 +50,20 @@ def load_images(
     fields = data.fields.model_copy(update={"text": data.fields.image})
     rows = load_file(path, data.model_copy(update={"fields": fields}), task, split_name)
     out = []
+    folder = Path(os.path.abspath(path.parent))
+    campaign = Path(os.path.abspath(root))
     for ex in rows:
-        file = (path.parent / ex.text).resolve()
+        named = Path(os.path.normpath(folder / ex.text))  # lexical: a symlinked folder is fine
+        if not (named.is_relative_to(folder) or named.is_relative_to(campaign)):
+            problems.add(
+                ex.source,
+                f"image path `{ex.text}` leads out of the table's folder {folder} and the "
+                f"campaign folder (to {named})",
+                "keep the images under either folder (a symlinked folder is fine) and give "
+                "paths relative to the table, so the campaign can be copied whole",
+            )
+            continue
+        file = named.resolve()
         if not file.is_file():
             problems.add(
                 ex.source,

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CELL = 112  # pixels per picture cell
-CAPTION = 30  # caption lines under a cell
-LABEL_WIDTH = 150  # the row label's column
+CELL = 120  # pixels per picture cell
+CAPTION = 34  # two caption lines under a cell
+LABEL_WIDTH = 170  # the row label's column
+FONT_SIZE = 12  # Pillow's bundled font: at 10 px its spaces all but vanish
+LINE = 15  # pixels per text line
 BACKGROUND, INK, FRAME = (255, 255, 255), (20, 20, 20), (200, 200, 200)
 
 
@@ -27,14 +29,21 @@ class Cell:
     note: str = ""
 
 
-def tensor_picture(tensor: Any) -> Any:
-    """A (channels, height, width) tensor as an RGB picture, each image min-max scaled (the
-    processor's normalisation is undone for the eye, not for the model)."""
+def tensor_picture(
+    tensor: Any, black: tuple[float, ...] = (0.0,), white: tuple[float, ...] = (255.0,)
+) -> Any:
+    """A (channels, height, width) tensor as an RGB picture, each channel mapped from the value
+    a stored 0 becomes (`black`) to the one a stored 255 becomes (`white`): the processor's
+    rescale and normalisation are undone exactly, never stretched to fill the range, so a
+    picture that is too dark, too bright or rescaled twice looks it."""
+    import torch
     from PIL import Image
 
     values = tensor.detach().float()
-    low, high = float(values.min()), float(values.max())
-    scaled = (values - low) / (high - low) if high > low else values * 0
+    n = values.shape[0]
+    low = torch.tensor((black * n)[:n] if len(black) == 1 else black).view(-1, 1, 1)
+    high = torch.tensor((white * n)[:n] if len(white) == 1 else white).view(-1, 1, 1)
+    scaled = (values - low) / torch.where(high != low, high - low, torch.ones_like(high))
     array = (scaled.clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
     if array.shape[2] == 1:
         array = array[:, :, 0]
@@ -57,19 +66,19 @@ def draw_rows(rows: list[tuple[str, list[Cell]]], path: Path, title: str) -> Pat
     """Rows of captioned cells into one PNG at `path` (folders created); returns `path`."""
     from PIL import Image, ImageDraw, ImageFont
 
-    font = ImageFont.load_default()
+    font = ImageFont.load_default(size=FONT_SIZE)
     columns = max((len(cells) for _, cells in rows), default=1)
-    row_h = CELL + CAPTION + 12
-    width = LABEL_WIDTH + columns * (CELL + 10) + 10
-    height = 30 + len(rows) * row_h
+    row_h = CELL + CAPTION + 14
+    width = max(LABEL_WIDTH + columns * (CELL + 10) + 10, int(font.getlength(title)) + 20)
+    height = 34 + len(rows) * row_h
     sheet = Image.new("RGB", (width, height), BACKGROUND)
     draw = ImageDraw.Draw(sheet)
-    draw.text((10, 8), title, fill=INK, font=font)
+    draw.text((10, 9), title, fill=INK, font=font)
     checker = _checkerboard()
     for r, (label, cells) in enumerate(rows):
-        top = 30 + r * row_h
-        for i, line in enumerate(_wrap(label, 22)[:6]):
-            draw.text((10, top + 4 + 12 * i), line, fill=INK, font=font)
+        top = 34 + r * row_h
+        for i, line in enumerate(_wrap(label, LABEL_WIDTH - 16, font)[: row_h // LINE]):
+            draw.text((10, top + 2 + LINE * i), line, fill=INK, font=font)
         for c, cell in enumerate(cells):
             left = LABEL_WIDTH + c * (CELL + 10)
             draw.rectangle((left - 1, top - 1, left + CELL, top + CELL), outline=FRAME)
@@ -80,27 +89,33 @@ def draw_rows(rows: list[tuple[str, list[Cell]]], path: Path, title: str) -> Pat
                 sheet.paste(shown, (x, y), shown)
             else:
                 sheet.paste(shown, (x, y))
-            draw.text((left, top + CELL + 3), cell.title[:20], fill=INK, font=font)
-            draw.text((left, top + CELL + 15), cell.note[:20], fill=(90, 90, 90), font=font)
+            draw.text((left, top + CELL + 4), _fitted(cell.title, CELL + 8, font), fill=INK,
+                      font=font)  # fmt: skip
+            draw.text((left, top + CELL + 4 + LINE), _fitted(cell.note, CELL + 8, font),
+                      fill=(90, 90, 90), font=font)  # fmt: skip
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     sheet.save(path)
     return path
 
 
-def write_pairs_sheet(pairs: list[tuple[Any, Any, int, float]], path: Path) -> Path:
-    """Near-duplicate pairs side by side (D2): the earlier split's picture on the left."""
-    from PIL import Image
+def write_pairs_sheet(
+    pairs: list[tuple[Any, Any, int, float, bool]], path: Path, max_pixels: int, exif: bool
+) -> Path:
+    """Near-duplicate pairs side by side (D2): the earlier split's picture on the left, each as
+    the model gets it (decoded as training decodes it, EXIF applied when the campaign does)."""
+    from tunepilot.tasks.image_files import open_image
 
     rows = []
-    for a, b, bits, diff in pairs:
-        cells = []
-        for facts in (a, b):
-            with Image.open(facts.path) as image:
-                image.load()
-                cells.append(Cell(image.copy(), facts.split, f"{facts.size[0]}x{facts.size[1]}"))
-        rows.append((f"{a.name}\n~ {b.name}\n{bits} bits, diff {diff:.3f}", cells))
-    return draw_rows(rows, path, "near-duplicate pairs across splits (left: earlier split)")
+    for a, b, bits, diff, mirrored in pairs:
+        cells = [
+            Cell(open_image(f.path, max_pixels, exif).image, f.split,
+                 f"{f.shown[0]}x{f.shown[1]} {f.mode}")
+            for f in (a, b)
+        ]  # fmt: skip
+        how = "mirrored, " if mirrored else ""
+        rows.append((f"{a.name}\n~ {b.name}\n{how}{bits} bits, diff {diff:.3f}", cells))
+    return draw_rows(rows, path, "near-duplicate pairs across splits (left: the earlier split)")
 
 
 def _checkerboard() -> Any:
@@ -114,11 +129,27 @@ def _checkerboard() -> Any:
     return board
 
 
-def _wrap(text: str, width: int) -> list[str]:
+def _fitted(text: str, width: int, font: Any) -> str:
+    """`text` cut to `width` pixels, an ellipsis saying that it was."""
+    if font.getlength(text) <= width:
+        return text
+    while text and font.getlength(text + "...") > width:
+        text = text[:-1]
+    return text + "..."
+
+
+def _wrap(text: str, width: int, font: Any) -> list[str]:
+    """Lines of at most `width` pixels, broken after a space or a `/` where one is near (a
+    path stays readable), else mid-word."""
     lines: list[str] = []
     for part in text.split("\n"):
-        while len(part) > width:
-            lines.append(part[:width])
-            part = part[width:]
+        while font.getlength(part) > width:
+            cut = len(part)
+            while cut > 1 and font.getlength(part[:cut]) > width:
+                cut -= 1
+            breaks = [i + 1 for i, ch in enumerate(part[:cut]) if ch in " /"]
+            cut = breaks[-1] if breaks and breaks[-1] > cut // 2 else cut
+            lines.append(part[:cut].rstrip())
+            part = part[cut:]
         lines.append(part)
     return lines

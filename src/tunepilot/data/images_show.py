@@ -4,7 +4,8 @@ what it produced, and a contact sheet PNG of before and after for a person to lo
 Every stage comes from the encoder's own `stages` (the decoding, the declared augmentations
 when the training split is shown, then the model's image processor step by step), so what is
 shown is exactly what is trained. The sheet is written next to the data version
-(`data/<version>/contact_sheet.png`) and the HTML report embeds it.
+(`data/<version>/contact_sheet.png`, `contact_sheet-validation.png` for another split) and
+the HTML report embeds the training split's.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def contact_sheet(samples: list[dict[str, Any]], root: Path, path: Path, title: 
                 note = (
                     f"{'x'.join(map(str, facts['shape']))} {facts['min']:.2f}..{facts['max']:.2f}"
                 )
-                cells.append(Cell(tensor_picture(stage.value), stage.name.split(" (")[0], note))
+                picture = tensor_picture(stage.value, stage.black, stage.white)
+                cells.append(Cell(picture, stage.name.split(" (")[0], note))
             else:
                 cells.append(Cell(stage.value, stage.name.split(" (")[0], _label(stage.value.size)))
         orientation = info["exif_orientation"]
@@ -105,7 +107,9 @@ def show_images(
     if folder is not None:
         augment = "with training augmentations" if view.augment else "no augmentation"
         title = f"{split} split, {augment}: as stored -> every step -> model input"
-        sheet = contact_sheet(samples, root, Path(folder) / SHEET, title)
+        # The report embeds the training split's sheet: another split's gets its own name
+        name = SHEET if split == "train" else SHEET.replace(".png", f"-{split}.png")
+        sheet = contact_sheet(samples, root, Path(folder) / name, title)
     return samples, sheet
 
 

@@ -205,10 +205,20 @@ def steady_step_gate(state: PilotState) -> Outcome:
                        "learning rate overshoots; lower training.lr (the run would diverge)",
                        details, dict(state.shape))  # fmt: skip
     said = ", ".join(f"{x:.4f}" for x in losses)
+    image = image_size(state.encoded.train)
+    at = f"of {image} pixels" if image else "at the longest length (an upper bound for the plan)"
     return Outcome(Verdict.PASS, f"{STEADY_STEPS} more updates at the same shape: median "
-                   f"{median:.3g} s per update of {t.microbatch * t.accumulation} examples at the "
-                   f"longest length (an upper bound for the plan), losses {said}",
+                   f"{median:.3g} s per update of {t.microbatch * t.accumulation} examples {at}, "
+                   f"losses {said}",
                    details, dict(state.shape))  # fmt: skip
+
+
+def image_size(encoded: list[Any]) -> str | None:
+    """The pictures' size ("3x224x224", the processor's, the same for all), None for token
+    sequences: gate sentences then speak of pixels, not lengths."""
+    first = next(iter(encoded), None)
+    pixels = getattr(first, "pixel_values", None)
+    return "x".join(str(int(n)) for n in pixels.shape) if pixels is not None else None
 
 
 def accumulation_gate(state: PilotState) -> Outcome:
@@ -257,8 +267,10 @@ def accumulation_gate(state: PilotState) -> Outcome:
         return Outcome(Verdict.FAIL, f"{same} give gradients that differ by {relative:.2e} of the "
                        f"largest (tolerance {rtol:.0e}): the loss normalisation is inconsistent "
                        "(S2)", details, inputs)  # fmt: skip
+    image = image_size([e for part in split for e in part])
+    sizes = f"images of {image}" if image else f"lengths {lengths[0]}-{lengths[-1]}"
     return Outcome(Verdict.PASS, f"{acc} microbatches of {mb} equal one batch of {mb * acc} on the "
-                   f"same examples (lengths {lengths[0]}-{lengths[-1]}): largest gradient "
+                   f"same examples ({sizes}): largest gradient "
                    f"difference {relative:.1e} of the largest gradient, tolerance {rtol:.0e} in "
                    f"{t.precision}; loss normalised by the update's target count (S2)",
                    details, inputs)  # fmt: skip
@@ -287,8 +299,11 @@ def evaluation_gate(state: PilotState) -> Outcome:
     state.measurements["eval_seconds"] = full
     state.eval_metrics = result.metrics
     gen = f" with greedy generation of up to {t.max_new_tokens} new tokens"
+    image = image_size(encoded)
+    which = (f"{len(chosen)} validation images ({image}, the processor's one size)" if image
+             else f"{len(chosen)} longest validation examples (up to {length} tokens)")  # fmt: skip
     sentence = (
-        f"the {len(chosen)} longest validation examples (up to {length} tokens) in one batch of "
+        f"the {which} in one batch of "
         f"{t.eval_batch_size}{gen if state.kind != 'classification' else ''}: {seconds:.3g} s; "
         f"a full validation pass of {len(examples)} examples is estimated at {full:.3g} s (an "
         "upper bound)"

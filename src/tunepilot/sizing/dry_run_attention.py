@@ -36,7 +36,12 @@ SENTENCES = {
 class _FusedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, q: Any, k: Any, v: Any, counter: list[int]) -> Any:  # type: ignore[override]
-        out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+        # The kernels write the output batch x length x heads x dim and return it transposed
+        # (CUDA's flash and memory-efficient kernels always, CPU's when q is laid out so, as
+        # transformers' q.view(...).transpose(1, 2) is): the caller's transpose back and
+        # reshape are then views, not a copy the size of q per layer.
+        b, h, length = q.shape[:-1]
+        out = q.new_empty((b, length, h, v.shape[-1])).transpose(1, 2)
         lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.counter = counter

@@ -73,7 +73,8 @@ def check_steps(
     shape = Shape.from_campaign(ws, architecture_config(ws.campaign.model, ws.root),
                                 **options, attention=None, device=device)  # fmt: skip
     loaded = load_model(ws.model_source, shape.kind, shape.settings, shape.label_names,
-                        pad_token_id=ws.tokenizer.pad_token_id, device_type=device)  # fmt: skip
+                        pad_token_id=getattr(ws.tokenizer, "pad_token_id", None),
+                        device_type=device)  # fmt: skip
     model = apply_method(loaded, shape.settings)
     if shape.activation_checkpointing:
         enable_activation_checkpointing(model)

@@ -52,7 +52,8 @@ def _print(result: Any, fits: list[dict[str, Any]]) -> None:
     for column in ("phase", *COLUMNS, "GFLOPs", "shape"):
         table.add_column(column, justify="left" if column in ("phase", "shape") else "right")
     for p in result.phases:
-        shape = f"{p.inputs['microbatch']} x {p.inputs['length']}" if p.inputs["length"] else "-"
+        size = p.inputs.get("image") or p.inputs["length"]
+        shape = f"{p.inputs['microbatch']} x {size}" if size and p.inputs["microbatch"] else "-"
         table.add_row(p.phase, *(human_bytes(getattr(p, c)) for c in COLUMNS),
                       f"{p.flops / 1e9:,.1f}", shape)  # fmt: skip
     console.print(table)

@@ -28,7 +28,7 @@ class Shape:
 
     settings: Any  # ModelSettings with base_dtype resolved
     training: Any  # TrainingSettings
-    kind: str  # "classification" | "causal_lm"
+    kind: str  # "classification" | "causal_lm" | "image_classification"
     generates: bool  # evaluation generates text (extraction, format)
     label_names: list[str] | None
     microbatch: int
@@ -40,6 +40,7 @@ class Shape:
     attention: str
     device: str
     notes: list[str] = field(default_factory=list)
+    image: tuple[int, int, int] | None = None  # (channels, height, width) of an image input
 
     @classmethod
     def from_campaign(
@@ -73,15 +74,20 @@ class Shape:
         on_cpu += "L x L matrices included)"
         notes.append(SENTENCES[attention] + (on_cpu if device == "cpu" else ""))
         task = c.hypothesis.task
+        labels = c.data.labels
+        if task in ("classification", "image_classification") and not labels:
+            labels = ws.prepare(write=False, seal=False).label_names
+        image = None
         if task == "image_classification":
-            raise input_error(
-                "hypothesis.task", "image_classification: the dry run sizes text models only",
-                "size an image campaign with `tunepilot pilot` on a small GPU, or on this CPU",
-                title="not sized without a GPU",
-            )  # fmt: skip
+            from tunepilot.sizing.dry_run_images import image_input
+
+            image, said = image_input(ws, arch, list(labels or []))
+            notes.append(said)
         length, eval_length = max_length or c.data.max_length, max_length or c.data.max_length
-        longest = None if max_length else data_lengths(ws, arch)
-        if longest:
+        longest = None if max_length or image else data_lengths(ws, arch)
+        if image:
+            length = eval_length = 0  # the picture's size is fixed by the processor
+        elif longest:
             length, eval_length = longest
             notes.append(
                 f"steps sized at {length} tokens, evaluation at {eval_length}: the longest "
@@ -99,14 +105,11 @@ class Shape:
                 f"training.precision={c.training.precision} autocast is not replayed on meta "
                 f"tensors: activations are sized in the base's {dtype} compute dtype"
             )
-        labels = c.data.labels
-        if task == "classification" and not labels:
-            labels = ws.prepare(write=False, seal=False).label_names
         return cls(
             settings=m.model_copy(update={"base_dtype": dtype}),
             training=t,
-            kind="classification" if task == "classification" else "causal_lm",
-            generates=task != "classification",
+            kind=task if task in ("classification", "image_classification") else "causal_lm",
+            generates=task not in ("classification", "image_classification"),
             label_names=list(labels) if labels else None,
             microbatch=microbatch or t.microbatch,
             length=length,
@@ -121,14 +124,19 @@ class Shape:
             attention=attention,
             device=device,
             notes=notes,
+            image=image,
         )
 
     def inputs(self, batch: int, length: int) -> dict[str, Any]:
-        return {
+        out = {
             "microbatch": batch, "length": length, "base_dtype": self.base_dtype,
             "activation_checkpointing": self.activation_checkpointing,
             "attention": self.attention, "device": self.device,
         }  # fmt: skip
+        if self.image:  # a picture's size is the processor's, never a token count
+            del out["length"]
+            out["image"] = "x".join(map(str, self.image))
+        return out
 
 
 @dataclass
@@ -218,15 +226,20 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
 
 def make_batch(shape: Shape, batch: int, length: int, device: str = "meta",
                vocab: int = 2) -> dict[str, Any]:  # fmt: skip
-    """Full-length rows of token ids (random on a real device) and their labels."""
+    """Full-length rows of token ids (random on a real device) and their labels, the model's
+    keyword arguments under "inputs"; an image campaign's pictures instead."""
     import torch
 
+    if shape.image:
+        from tunepilot.sizing.dry_run_images import image_batch
+
+        return image_batch(shape.image, batch, device)
     ids = torch.randint(0, vocab, (batch, length), device=device)
     labels = ids if shape.kind == "causal_lm" else torch.zeros(batch, dtype=torch.long,
                                                                 device=device)  # fmt: skip
     # Every row is full length, so the padding mask is all ones, which transformers drops
     # before attention; None says the same without a data-dependent check on meta tensors.
-    return {"input_ids": ids, "attention_mask": None, "labels": labels}
+    return {"inputs": {"input_ids": ids, "attention_mask": None}, "labels": labels}
 
 
 def train_step(
@@ -244,7 +257,7 @@ def train_step(
 
     tracker.region = "forward"
     batch = make_batch(shape, shape.microbatch, shape.length, device, vocab)
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    logits = model(**batch["inputs"]).logits
     loss = summed_loss(logits, batch["labels"], shape.kind) / max(batch["labels"].numel(), 1)
     del logits
     tracker.region = "backward"
@@ -303,12 +316,12 @@ def _one_pass(
     batch = make_batch(shape, batch_size, length)
     terms: dict[str, int] = {}
     if kind == "prefill":
-        out = model(input_ids=batch["input_ids"], use_cache=True, logits_to_keep=1)
+        out = model(**batch["inputs"], use_cache=True, logits_to_keep=1)
         growth = _cache_bytes(out) * shape.training.max_new_tokens // max(length, 1)
         terms[f"KV cache growth over {shape.training.max_new_tokens} new tokens "
               "(analytical)"] = growth  # fmt: skip
     else:
-        out = model(input_ids=batch["input_ids"], use_cache=False)
+        out = model(**batch["inputs"], **({} if shape.image else {"use_cache": False}))
         if kind == "loss":
             loss = summed_loss(out.logits, batch["labels"], shape.kind)
             del loss

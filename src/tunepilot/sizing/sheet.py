@@ -156,6 +156,12 @@ def sheet_inputs(campaign: Any, n_train: int, n_validation: int, base_dtype: str
     )  # fmt: skip
 
 
+def _input_of(dry: Any) -> str | None:
+    """What one example is when it is not tokens: an image campaign's "image 3x224x224"."""
+    image = dry.phases[0].inputs.get("image") if dry.phases else None
+    return f"image {image}" if image else None
+
+
 def work_of(dry: Any, inputs: SheetInputs) -> tuple[Any, Any]:
     """(WorkFlops, WorkBytes) of the campaign from one dry run of its step (L3)."""
     from tunepilot.sizing.timing import WorkBytes, WorkFlops
@@ -280,7 +286,8 @@ def card_rows(
         "model": configured.model, "architecture": configured.architecture,
         "layers": configured.layers, "blocks_measured": list(configured.blocks_measured),
         "configured": asdict(base) | {"max_length": inputs.max_length,
-                                      "accumulation": inputs.accumulation},
+                                      "accumulation": inputs.accumulation,
+                                      "input": _input_of(configured)},
         "phases": [asdict(p) for p in configured.phases],
         "checkpointing": _option_effect(ckpt, base.microbatch, runs, base),
         "precision": _precision_effect(configured, alt, base.precision, other, catalog),

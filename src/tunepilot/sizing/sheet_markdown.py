@@ -60,6 +60,7 @@ def sheet_markdown(sheet: dict[str, Any], recommendation: str) -> str:
     c = sheet["configured"]
     first, second = sheet["blocks_measured"]
     ckpt = "on" if c["checkpointing"] else "off"
+    each = c.get("input") or f"length {c['max_length']}"  # an image's size, else tokens
     lines = [
         f"## Per-card sheet (L1, S1, S3): dry run of {sheet['model']}",
         "",
@@ -67,7 +68,7 @@ def sheet_markdown(sheet: dict[str, Any], recommendation: str) -> str:
         f"blocks were run on fake tensors and the other blocks extrapolated exactly (they "
         f"repeat); no weights read, no GPU used; {sheet['dry_runs']} dry runs.",
         "",
-        f"Configured step: microbatch {c['microbatch']} x length {c['max_length']} "
+        f"Configured step: microbatch {c['microbatch']} x {each} "
         f"(accumulation {c['accumulation']}), base dtype {c['base_dtype']}, training.precision "
         f"{c['precision']}, activation checkpointing {ckpt}.",
         "",
@@ -75,7 +76,7 @@ def sheet_markdown(sheet: dict[str, Any], recommendation: str) -> str:
         "",
         f"**Recommendation (L2):** {recommendation}.",
         "",
-        f"| card | configured step | headroom | largest microbatch at length {c['max_length']} "
+        f"| card | configured step | headroom | largest microbatch at {each} "
         "(without / with checkpointing) | base dtypes that fit with headroom | multi-GPU per "
         "GPU | hours | package |",
         "|---|---|---:|---|---|---|---:|---|",

@@ -32,10 +32,34 @@ from tunepilot.tasks.image_files import DecodedImage, ImageFileError, open_image
 @dataclass(frozen=True)
 class Stage:
     """One step of the pipeline as `data show` reports it: its name and what it produced
-    (a PIL image before the processor, a tensor after)."""
+    (a PIL image before the processor, a tensor after). For a tensor, `black` and `white` are
+    the per-channel values a stored 0 and 255 become by this step (the processor's own rescale
+    and normalisation), so a picture of it shows what the model gets: a double rescale comes
+    out black, not stretched back to look right."""
 
     name: str
     value: Any
+    black: tuple[float, ...] = (0.0,)
+    white: tuple[float, ...] = (255.0,)
+
+
+def _channels(value: Any, n: int) -> tuple[float, ...]:
+    values = [float(v) for v in value] if isinstance(value, list | tuple) else [float(value)]
+    return tuple(values * n)[:n] if len(values) == 1 else tuple(values)
+
+
+def _range_after(processor: Any, steps: set[str], n: int) -> tuple[tuple[float, ...], ...]:
+    """(black, white) per channel once the processor's `steps` have run."""
+    black, white = _channels(0.0, n), _channels(255.0, n)
+    if "rescale" in steps:
+        factor = float(getattr(processor, "rescale_factor", 1 / 255))
+        black, white = tuple(b * factor for b in black), tuple(w * factor for w in white)
+    if "normalize" in steps:
+        mean = _channels(getattr(processor, "image_mean", 0.0), n)
+        std = _channels(getattr(processor, "image_std", 1.0), n)
+        black = tuple((b - m) / d for b, m, d in zip(black, mean, std, strict=True))
+        white = tuple((w - m) / d for w, m, d in zip(white, mean, std, strict=True))
+    return black, white
 
 
 def _augment_step(step: str | dict[str, float], rng: random.Random) -> tuple[str, Callable]:
@@ -162,16 +186,21 @@ class ImageEncoder(ClassificationEncoder):
             ("do_normalize", "normalize"),
         ]
         active = [(flag, name) for flag, name in switches if getattr(p, flag, False)]
-        for i, (_flag, name) in enumerate(active[:-1]):
+        for i, (_flag, name) in enumerate(active):
             off = {later: False for later, _ in active[i + 1 :]}
-            out.append(Stage(f"processor {name}", self._process(image, **off)))
-        out.append(Stage(f"processor {active[-1][1] if active else 'call'}", self._process(image)))
+            value = self._process(image, **off)
+            done = {n for _, n in active[: i + 1]}
+            black, white = _range_after(p, done, int(value.shape[0]))
+            out.append(Stage(f"processor {name}", value, black, white))
+        if not active:
+            out.append(Stage("processor call", self._process(image)))
         return out
 
     def _augmented(self, example: Example) -> list[Stage]:
         """The decoded image, then one stage per augmentation when this view augments."""
         image = self.decode(example).image
-        out = [Stage("decoded (EXIF applied, RGB)", image)]
+        exif = "EXIF applied" if self.settings.exif_transpose else "EXIF not applied"
+        out = [Stage(f"decoded ({exif}, RGB)", image)]
         if self.augment:
             rng = random.Random(f"tunepilot:augment:{self.seed}:{example.id}")
             for step in self.settings.augment:
