@@ -171,17 +171,14 @@ def check_exact_images(good: list[ImageFacts]) -> Finding:
     pairs = [" = ".join(f"{f.name} ({f.split})" for f in g[:2]) for g in (across or groups)[:3]]
     details = {"groups": [[f.name for f in g] for g in groups[:50]], "across_splits": len(across)}
     ids = [f.example.id for g in (across or groups)[:3] for f in g][:SHOWN]
-    if across:
-        sentence = (
-            f"{len(across)} picture(s) appear in more than one split with identical pixels "
-            f"(e.g. {'; '.join(pairs)}); delete the copies, keeping one per picture"
-        )
-        return Finding(check, FAIL, sentence, "D2", ids, details)
-    sentence = (
-        f"{len(groups)} picture(s) are stored twice inside one split (e.g. "
-        f"{'; '.join(pairs)}): they weigh double in training; delete the copies"
-    )
-    return Finding(check, WARN, sentence, "D2", ids, details)
+    verdict, sentence = (
+        (FAIL, f"{len(across)} picture(s) appear in more than one split with identical pixels "
+         f"(e.g. {'; '.join(pairs)}); delete the copies, keeping one per picture")
+        if across
+        else (WARN, f"{len(groups)} picture(s) are stored twice inside one split (e.g. "
+              f"{'; '.join(pairs)}): they weigh double in training; delete the copies")
+    )  # fmt: skip
+    return Finding(check, verdict, sentence, "D2", ids, details)
 
 
 def check_exif(good: list[ImageFacts], settings: ImageSettings) -> Finding:
@@ -213,6 +210,10 @@ def check_exif(good: list[ImageFacts], settings: ImageSettings) -> Finding:
                   for f in rotated[:50]],
     }  # fmt: skip
     tagged, untagged = max(share, key=share.__getitem__), min(share, key=share.__getitem__)
+
+    def judged(verdict: str, sentence: str) -> Finding:
+        return Finding(check, verdict, sentence, "D3", ids, details)
+
     if share[tagged] - share[untagged] < SPLIT_GAP:
         applied = (
             "applied to every split (data.images.exif_transpose: true); look at them in the "
@@ -221,11 +222,8 @@ def check_exif(good: list[ImageFacts], settings: ImageSettings) -> Finding:
             else "NOT applied (data.images.exif_transpose: false): the model sees them rotated; "
             "turn it on unless the stored pixels are what you mean"
         )
-        sentence = (
-            f"{len(rotated)} file(s) carry an EXIF rotation ({_files(rotated)}; per split: "
-            f"{counts}): {applied}"
-        )
-        return Finding(check, WARN, sentence, "D3", ids, details)
+        return judged(WARN, f"{len(rotated)} file(s) carry an EXIF rotation "
+                      f"({_files(rotated)}; per split: {counts}): {applied}")  # fmt: skip
     seen = (
         f"the splits were prepared differently: files with an EXIF rotation tag per split: "
         f"{counts} (e.g. {_files([f for f in rotated if f.split == tagged], 2)}; untagged in "
@@ -233,30 +231,23 @@ def check_exif(good: list[ImageFacts], settings: ImageSettings) -> Finding:
     )
     redo = f"re-export every split the same way from the originals, or rotate {untagged}'s files"
     if not settings.exif_transpose:
-        sentence = (
-            f"{seen}; with data.images.exif_transpose: false the model gets {tagged}'s tagged "
-            f"files as stored (rotated) and {untagged}'s as they are: set exif_transpose: true "
-            f"if the tags are right, else {redo}"
-        )
-        return Finding(check, FAIL, sentence, "D3", ids, details)
+        return judged(FAIL, f"{seen}; with data.images.exif_transpose: false the model gets "
+                      f"{tagged}'s tagged files as stored (rotated) and {untagged}'s as they are: "
+                      f"set exif_transpose: true if the tags are right, else {redo}")  # fmt: skip
     portrait = {s: _portrait_share(items) for s, items in splits.items()}
     details["portrait_share"] = portrait
     a, b = portrait[tagged], portrait[untagged]
     if a is not None and b is not None and abs(a - b) >= SPLIT_GAP:
-        sentence = (
-            f"{seen}; with the tags applied, {a:.0%} of {tagged}'s pictures are portrait and "
-            f"{b:.0%} of {untagged}'s: {untagged}'s files look stripped of their tag without "
-            f"being rotated (sideways for good), or the splits hold differently shaped "
-            f"pictures; either way evaluation is not what training saw; {redo} (compare "
-            f"`tunepilot data show --split {untagged}` with the training split)"
-        )
-        return Finding(check, FAIL, sentence, "D3", ids, details)
-    sentence = (
-        f"{seen}; the tags are applied in every split (data.images.exif_transpose: true), so "
-        f"{tagged}'s files come out upright; check with `tunepilot data show --split "
-        f"{untagged}` that {untagged}'s untagged files are upright too"
-    )
-    return Finding(check, WARN, sentence, "D3", ids, details)
+        return judged(FAIL, f"{seen}; with the tags applied, {a:.0%} of {tagged}'s pictures are "
+                      f"portrait and {b:.0%} of {untagged}'s: {untagged}'s files look stripped "
+                      "of their tag without being rotated (sideways for good), or the splits "
+                      "hold differently shaped pictures; either way evaluation is not what "
+                      f"training saw; {redo} (compare `tunepilot data show --split {untagged}` "
+                      "with the training split)")  # fmt: skip
+    return judged(WARN, f"{seen}; the tags are applied in every split "
+                  f"(data.images.exif_transpose: true), so {tagged}'s files come out upright; "
+                  f"check with `tunepilot data show --split {untagged}` that {untagged}'s "
+                  "untagged files are upright too")  # fmt: skip
 
 
 def _portrait_share(items: list[ImageFacts]) -> float | None:
