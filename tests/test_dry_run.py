@@ -119,7 +119,8 @@ def test_item2_dry_run_builds_the_run_model_and_splits_each_phase_peak(llama_cam
 def test_item2_two_and_three_blocks_extrapolate_to_four(llama_campaign, tmp_path) -> None:
     from tunepilot.sizing.dry_run import PHASES, _combine, dry_run
     from tunepilot.sizing.dry_run_config import architecture_config
-    from tunepilot.sizing.dry_run_measure import Shape, measure_blocks
+    from tunepilot.sizing.dry_run_measure import measure_blocks
+    from tunepilot.sizing.dry_run_shape import Shape
 
     config = json.loads((llama_campaign.parent / "base-model" / "config.json").read_text())
     folder = tmp_path / "four-blocks"

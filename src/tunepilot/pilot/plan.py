@@ -76,14 +76,9 @@ def build_plan(
     the caller has them; `runner` replaces the dry run."""
     from tunepilot.pilot.stale import measured_card
     from tunepilot.sizing.catalog import load_catalog
+    from tunepilot.sizing.recommend import recommendation, smallest_fit
     from tunepilot.sizing.rental import plan_markdown, plan_rental
-    from tunepilot.sizing.sheet import (
-        card_rows,
-        recommendation,
-        sheet_inputs,
-        smallest_fit,
-        work_of,
-    )
+    from tunepilot.sizing.sheet import card_rows, sheet_inputs, work_of
     from tunepilot.sizing.sheet_markdown import sheet_markdown
     from tunepilot.sizing.timing import seconds_on
 

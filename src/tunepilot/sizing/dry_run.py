@@ -97,7 +97,8 @@ def dry_run(
     `device` is the kind of device sized: "cuda" (the rented GPU; fused attention kernels,
     cuBLAS workspace) or "cpu" (this machine, used to validate against real execution).
     """
-    from tunepilot.sizing.dry_run_measure import Shape, measure_blocks
+    from tunepilot.sizing.dry_run_measure import measure_blocks
+    from tunepilot.sizing.dry_run_shape import Shape
 
     started = time.monotonic()
     campaign = ws.campaign
@@ -160,6 +161,8 @@ def _combine(p1: dict[str, PhaseSize], p2: dict[str, PhaseSize], name: str,
     sized = [_extrapolate(p1[k], p2[k], more) for k in keys]
     best = max(sized, key=lambda p: p.peak)
     best.flops = sum(p.flops for p in sized)
+    best.flops_by = {k: sum(p.flops_by.get(k, 0) for p in sized)
+                     for k in sorted({k for p in sized for k in p.flops_by})}  # fmt: skip
     best.phase = name
     return best
 
@@ -174,6 +177,8 @@ def _extrapolate(p1: PhaseSize, p2: PhaseSize, more: int) -> PhaseSize:
         k: _line(p1.analytical.get(k, 0), p2.analytical.get(k, 0), more)
         for k in {**p1.analytical, **p2.analytical}
     }
+    flops_by = {k: _line(p1.flops_by.get(k, 0), p2.flops_by.get(k, 0), more)
+                for k in sorted({**p1.flops_by, **p2.flops_by})}  # fmt: skip
     peak = sum(v for k, v in parts.items() if k != "flops")
     return PhaseSize(p1.phase, **parts, peak=peak, inputs=p1.inputs, notes=p1.notes,
-                     analytical=analytical)  # fmt: skip
+                     analytical=analytical, flops_by=flops_by)  # fmt: skip

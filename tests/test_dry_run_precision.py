@@ -1,0 +1,102 @@
+"""Issue 10 items 3 and 4 (S3): the precision option sized by its own dry run, autocast's casts
+replayed on meta tensors, and hours from the precision each operator really computed in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tunepilot.data.workspace import Workspace
+
+torch = pytest.importorskip("torch")
+
+SMALL = {"data.fields.time": None, "data.max_length": 64, "model.method": "lora",
+         "training.microbatch": 2, "training.eval_batch_size": 4}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def llama_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny extraction demo: a real 2-block Llama base (fp32 weights) and its tokenizer."""
+    from tunepilot.demo.campaign import write_demo_campaign
+
+    return write_demo_campaign(tmp_path_factory.mktemp("precision"), "extraction", tiny=True,
+                               n_conversations=40, overrides=SMALL)  # fmt: skip
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_issue10_4_bf16_autocast_over_an_fp32_base_predicted_within_5pct_of_real_autocast(
+    llama_campaign: Path, checkpointing: bool
+) -> None:
+    """The dry run replays torch.autocast's casts (the half copies backward keeps), also when
+    activation checkpointing recomputes a block; the real step runs under torch.autocast on
+    this CPU. Without the replay the prediction is the fp32 step's, more than 5% off."""
+    from tunepilot.sizing.dry_run_check import check_steps
+
+    shape = {"microbatch": 4, "max_length": 128, "activation_checkpointing": checkpointing,
+             "base_dtype": "fp32", "device": "cpu"}  # fmt: skip
+    mixed = check_steps(Workspace.open(llama_campaign, ["training.precision=bf16"]), **shape)
+    plain = check_steps(Workspace.open(llama_campaign, ["training.precision=fp32"]), **shape)
+    for bf16, fp32 in zip(mixed, plain, strict=True):
+        assert bf16.verdict == "PASS", bf16.sentence
+        assert bf16.measured and abs(bf16.error) <= 0.05
+        # the precision changes what the step holds by more than the tolerance: a dry run that
+        # ignored autocast would fail this check
+        assert abs(fp32.predicted - bf16.measured) > 0.05 * bf16.measured
+
+
+def test_issue10_4_meta_autocast_casts_matmul_inputs_and_caches_trained_weights() -> None:
+    from tunepilot.sizing.dry_run_autocast import MetaAutocast
+
+    frozen = torch.nn.Linear(8, 8, device="meta").requires_grad_(False)
+    lora = torch.nn.Linear(8, 8, bias=False, device="meta")
+    x = torch.randn(2, 8, device="meta", requires_grad=True) * 2  # an activation, not a leaf
+    with MetaAutocast("bf16", "cuda") as mode:
+        out = frozen(x) + lora(x) + lora(x)
+        assert out.dtype == torch.bfloat16
+        # a trained fp32 weight is cast once per region (autocast's cache), a frozen one not
+        assert list(mode._cached) == [id(lora.weight)]
+        normed = torch.nn.functional.layer_norm(out, (8,))
+        assert normed.dtype == torch.float32  # CUDA's fp32 list
+        assert out.softmax(-1).dtype == torch.float32  # fp32 output without a dtype
+    assert not mode._cached  # dropped when the region ends
+    with MetaAutocast("bf16", "cpu"):
+        assert torch.nn.functional.layer_norm(out, (8,)).dtype == torch.bfloat16  # not on CPU
+
+
+def test_issue10_3_bf16_base_with_fp32_training_counts_its_matmuls_in_bf16(
+    llama_campaign: Path,
+) -> None:
+    """training.precision fp32 over a bf16 base: no autocast, but the base's matmuls run in
+    bf16 and only the fp32 LoRA weights' in fp32; hours use each precision's own peak."""
+    from tunepilot.sizing.catalog import load_catalog
+    from tunepilot.sizing.dry_run import dry_run
+    from tunepilot.sizing.sheet import sheet_inputs, work_of
+    from tunepilot.sizing.timing import seconds_on
+
+    ws = Workspace.open(llama_campaign, ["training.precision=fp32"])
+    steady = dry_run(ws, base_dtype="bf16").phase("steady step")
+    assert set(steady.flops_by) == {"bf16", "fp32"}
+    assert steady.flops_by["bf16"] > steady.flops_by["fp32"] > 0
+    assert sum(steady.flops_by.values()) == steady.flops
+    inputs = sheet_inputs(ws.campaign, 100, 20, "bf16")
+    flops, io = work_of(dry_run(ws, base_dtype="bf16"), inputs)
+    assert flops.precision == "bf16" and "bf16" in flops.shares()
+    catalog = load_catalog()
+    card = catalog.card("A100 80GB")
+    seconds, basis = seconds_on(card, catalog, flops, io)
+    mfu = catalog.mfu(card)
+    expected = flops.update_by["bf16"] / (312e12 * mfu) + flops.update_by["fp32"] / (19.5e12 * mfu)
+    assert seconds.update == pytest.approx(expected)
+    assert "312 TFLOPS bf16" in basis and "19.5 TFLOPS fp32" in basis
+
+
+def test_issue10_3_a_card_without_a_precision_the_step_computes_in_gets_no_hours() -> None:
+    from tunepilot.sizing.catalog import load_catalog
+    from tunepilot.sizing.timing import WorkBytes, seconds_on, work_flops
+
+    catalog = load_catalog()
+    flops = work_flops({"bf16": 9e14, "fp32": 1e12}, {"bf16": 1e15})
+    assert flops.per_update == 9.01e14 and flops.precision == "bf16"
+    seconds, why = seconds_on(catalog.card("T4"), catalog, flops, WorkBytes(1, 1, 1))
+    assert seconds is None and "has no bf16" in why
