@@ -226,7 +226,8 @@ def build_from_config(
             model = _auto_class(task_kind).from_config(
                 hf_config, dtype=dtype, trust_remote_code=settings.trust_remote_code
             )
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+        # RuntimeError: a size transformers accepts but torch cannot make a tensor of
         raise _not_loadable(source.path, task_kind, exc) from exc
     architectures = values.get("architectures") or []
     head_saved = any(a.endswith(("ForSequenceClassification", "ForImageClassification"))

@@ -78,6 +78,7 @@ class Shape:
                 title="not sized without a GPU",
             )  # fmt: skip
         length, eval_length = max_length or c.data.max_length, max_length or c.data.max_length
+        _within_positions(arch, length, "max_length" if max_length else "data.max_length")
         longest = None if max_length else data_lengths(ws, arch)
         if longest:
             length, eval_length = longest
@@ -152,3 +153,22 @@ def data_lengths(ws: Workspace, arch: ArchitectureConfig) -> tuple[int, int] | N
     if not train:
         return None
     return train, validation or train
+
+
+def _within_positions(arch: ArchitectureConfig, length: int, key: str) -> None:
+    """A length beyond the model's position table is bad input, as `validate` says for a
+    local model folder (S6): learned positions crash, rotary ones run where the model was
+    never trained. A config with rope_scaling states its own range: the audit warns there."""
+    from tunepilot.campaign.checks import position_limit
+
+    found = position_limit(arch.config)
+    if found is None or arch.config.get("rope_scaling") or length <= found[1]:
+        return
+    raise input_error(
+        key,
+        f"{length} tokens is beyond the model's {found[0]} {found[1]} ({arch.path}): a longer "
+        "input crashes the run (learned positions) or runs where the model was never trained "
+        "(rotary)",
+        f"set {key} to at most {found[1]}",
+        title="sequence longer than the model",
+    )
