@@ -74,3 +74,28 @@ def test_item3_a_loaded_machines_measurement_is_flagged_noisy_and_not_used() -> 
     assert noise_of(busy) is None
     # On a GPU the process waits for the device: little CPU time is no sign of load.
     assert noise_of(QUIET | {"step_cpu_seconds": 0.1}) is None
+
+
+def test_issue10_3_the_pilots_steady_step_flags_a_loaded_machines_timing_as_noisy(
+    tmp_path, monkeypatch
+) -> None:
+    """The gate itself says when its step time was taken on a loaded machine, so neither the
+    reader nor the plan takes it for the card's speed."""
+    from pilot_support import tiny_campaign
+    from tunepilot.data.workspace import Workspace
+    from tunepilot.pilot import gates
+    from tunepilot.pilot.flow import new_pilot_folder, new_state
+    from tunepilot.pilot.update import timing_flag
+
+    ws = Workspace.open(tiny_campaign(tmp_path))
+    state = new_state(ws, *new_pilot_folder(ws.pilots_dir), tensors=False, hooks=None)
+    for gate in (gates.data_gate, gates.load_gate, gates.first_step_gate):
+        gate(state)
+    busy = {"step_cpu_seconds": 0.0, "threads": 1, "load_average": 9.0, "cpu_cores": 2,
+            "device_type": "cpu"}  # fmt: skip
+    monkeypatch.setattr(gates, "machine_load", lambda device, cpu: busy)
+    outcome = gates.steady_step_gate(state)
+    assert "timing NOISY" in outcome.sentence and "load average 9.0 above the 2 cores" in (
+        outcome.sentence)
+    assert outcome.details["timing_noisy"] is True and "not used for hours" in outcome.sentence
+    assert timing_flag(QUIET) == ""
