@@ -100,3 +100,21 @@ def test_issue10_3_a_card_without_a_precision_the_step_computes_in_gets_no_hours
     assert flops.per_update == 9.01e14 and flops.precision == "bf16"
     seconds, why = seconds_on(catalog.card("T4"), catalog, flops, WorkBytes(1, 1, 1))
     assert seconds is None and "has no bf16" in why
+
+
+def test_issue10_1_trainable_json_records_the_base_dtype_and_fp32_trained_weights(
+    tiny_llama_dir: Path,
+) -> None:
+    """What a run writes to runs/<id>/trainable.json (and the ledger) names the dtype the base
+    was loaded in and the dtype the trained weights kept, not only per row."""
+    from tunepilot.campaign import LoraSettings, ModelSettings
+    from tunepilot.model.base import resolve_source
+    from tunepilot.model.build import apply_method, load_model
+    from tunepilot.model.params import trainable_report
+
+    for base, frozen in (("bf16", "bfloat16"), (None, "float32")):  # unset: fp32 on CPU
+        settings = ModelSettings(name_or_path=str(tiny_llama_dir), base_dtype=base,
+                                 lora=LoraSettings(modules_to_save=["lm_head"]))  # fmt: skip
+        model = apply_method(load_model(resolve_source(settings), "causal_lm", settings), settings)
+        report = trainable_report(model).to_json()
+        assert report["frozen_dtypes"] == [frozen] and report["trainable_dtypes"] == ["float32"]
