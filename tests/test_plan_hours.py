@@ -99,3 +99,18 @@ def test_issue10_3_the_pilots_steady_step_flags_a_loaded_machines_timing_as_nois
         outcome.sentence)
     assert outcome.details["timing_noisy"] is True and "not used for hours" in outcome.sentence
     assert timing_flag(QUIET) == ""
+
+
+def test_issue10_3_an_update_is_never_faster_than_reading_the_weights_at_the_cards_bandwidth():
+    """Small microbatches and every decoding step are memory-bound: the FLOPs time is floored
+    by the bytes the card must read (datasheet bandwidth), and the basis says which is."""
+    small = WorkFlops(per_update=1.0e12, per_eval_pass=1.0e12, precision="bf16")
+    reads = IO._replace(update_reads=2 * 16 * 10**9 * 8, eval_reads=16 * 10**9)
+    seconds, basis = seconds_on(H100, CATALOG, small, reads)
+    assert seconds.update == pytest.approx(2 * 16e9 * 8 / (H100.bandwidth_gb_s * 1e9))
+    assert seconds.update > 1.0e12 / (989.4e12 * CATALOG.assumed_mfu)
+    assert "the update and the validation pass are memory-bound here" in basis
+    big = WorkFlops(per_update=4.0e17, per_eval_pass=4.0e17, precision="bf16")
+    seconds, basis = seconds_on(H100, CATALOG, big, reads)
+    assert seconds.update == pytest.approx(4.0e17 / (989.4e12 * CATALOG.assumed_mfu))
+    assert "none is memory-bound" in basis

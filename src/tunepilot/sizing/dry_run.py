@@ -67,6 +67,7 @@ class DryRun:
     source: str = ""
     cuda_context_bytes: int = CUDA_CONTEXT  # outside the allocator: an assumption, labelled
     seconds: float = 0.0
+    generated_tokens: int = 0  # new tokens evaluation generates per example (0: it does not)
 
     def peak(self) -> PhaseSize:
         """The phase with the highest peak."""
@@ -125,9 +126,13 @@ def dry_run(
             f"not in any phase: the CUDA context (~{CUDA_CONTEXT // MIB} MiB, an assumption) "
             "and the caching allocator's reserved-but-free blocks (measured on the GPU only)"
         )
+    built = m1.built or arch.architecture
+    if built != arch.architecture:
+        notes.insert(1, f"built as {built} (hypothesis.task {campaign.hypothesis.task}) from a "
+                        f"{arch.architecture} config.json")  # fmt: skip
     return DryRun(
         model=campaign.model.name_or_path,
-        architecture=arch.architecture,
+        architecture=built,
         layers=layers,
         blocks_measured=blocks,
         trainable_params=_line(m1.trainable, m2.trainable, layers - a),
@@ -136,6 +141,8 @@ def dry_run(
         notes=notes,
         source=arch.source,
         seconds=round(time.monotonic() - started, 2),
+        generated_tokens=campaign.training.max_new_tokens
+        if shape.generates and shape.kind == "causal_lm" else 0,
     )
 
 

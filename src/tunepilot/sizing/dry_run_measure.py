@@ -25,6 +25,7 @@ class Measured:
     phases: dict[str, PhaseSize]
     trainable: int
     total: int
+    built: str = ""  # the class the run builds (the task's head on the config's architecture)
 
 
 def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tuple[Any, Any]:
@@ -100,7 +101,8 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
         )  # fmt: skip
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
-    return Measured(phases, trainable, total)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return Measured(phases, trainable, total, type(base).__name__)
 
 
 def make_batch(shape: Shape, batch: int, length: int, device: str = "meta",

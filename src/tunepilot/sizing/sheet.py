@@ -175,8 +175,13 @@ def work_of(dry: Any, inputs: SheetInputs, precision: str | None = None) -> tupl
                if evaluation is not None else {})  # fmt: skip
     trainable = dry.trainable_params * 4 + steady.optimizer
     full = dry.trainable_params >= dry.total_params
+    passes = 3 if steady.inputs.get("activation_checkpointing") else 2  # + the recompute
+    decode = 1 + int(getattr(dry, "generated_tokens", 0))  # the forward, each new token
     io = WorkBytes(checkpoint=trainable, base_weights=steady.weights,
-                   export=steady.weights if full else dry.trainable_params * 4)  # fmt: skip
+                   export=steady.weights if full else dry.trainable_params * 4,
+                   update_reads=steady.weights * passes * inputs.accumulation,
+                   eval_reads=(evaluation.weights * decode * inputs.eval_batches
+                               if evaluation is not None else 0))  # fmt: skip
     return work_flops(update_by, eval_by), io
 
 
@@ -198,12 +203,15 @@ def _fit(card: GpuCard, peak: int, context: int) -> dict[str, Any]:
 
 def multi_gpu_bytes(dry: Any, gpus: int) -> tuple[int, int]:
     """(DDP, FSDP) tensor bytes per GPU on `gpus` GPUs, arithmetic on the dry run's split at its
-    highest phase: DDP adds one bucket copy of the gradients to a full replica; FSDP shards
-    weights, gradients and optimizer state and gathers one block's weights at a time."""
+    highest phase: DDP adds its gradient buckets (a flat fp32 copy of every trained weight's
+    gradient, allocated when the model is wrapped and held throughout: tunepilot keeps trained
+    weights in fp32) to a full replica; FSDP shards weights, gradients and optimizer state and
+    gathers one block's weights at a time."""
     top = dry.peak()
     state = top.weights + top.gradients + top.optimizer
     block = top.weights // max(1, dry.layers)
-    return top.peak + top.gradients, top.peak - state + math.ceil(state / gpus) + block
+    buckets = 4 * dry.trainable_params
+    return top.peak + buckets, top.peak - state + math.ceil(state / gpus) + block
 
 
 def _multi_gpu(dry: Any, card: GpuCard, context: int) -> dict[str, Any] | None:
@@ -216,8 +224,9 @@ def _multi_gpu(dry: Any, card: GpuCard, context: int) -> dict[str, Any] | None:
         "ddp_per_gpu": _fit(card, ddp, context),
         "fsdp_per_gpu": _fit(card, fsdp, context),
         "sentence": (
-            f"DDP keeps a full replica per GPU plus one bucket copy of the gradients "
-            f"({human_bytes(ddp)}); FSDP shards weights, gradients and optimizer state over "
+            f"DDP keeps a full replica per GPU plus its gradient buckets, an fp32 copy of "
+            f"the trained weights' gradients ({human_bytes(ddp)}); FSDP shards weights, "
+            f"gradients and optimizer state over "
             f"{card.gpus} and gathers one block at a time ({human_bytes(fsdp)}); arithmetic on "
             f"the dry run's {dry.peak().phase} split (B3, B4)"
         ),
@@ -288,6 +297,7 @@ def card_rows(
         "configured": asdict(base) | {"max_length": inputs.max_length,
                                       "accumulation": inputs.accumulation},
         "phases": [asdict(p) for p in configured.phases],
+        "notes": list(configured.notes),
         "checkpointing": _option_effect(ckpt, base.microbatch, runs, base),
         "precision": _precision_effect((configured, flops), (alt, work_of(alt, inputs, other)[0]),
                                        base.precision, other, catalog),
@@ -297,7 +307,9 @@ def card_rows(
             f"({flops.shares()}, the precisions its operators computed in) and "
             f"{flops.per_eval_pass:.3g} per validation pass / (each card's dense peak for each "
             f"precision x {catalog.assumed_mfu:.0%} MFU, an ASSUMPTION until a pilot on that "
-            "card measures the step); checkpoint, resume and export from their bytes at an "
+            "card measures the step), never faster than reading the weights at the card's "
+            "datasheet memory bandwidth (each microbatch's forward and backward, each generated "
+            "token); checkpoint, resume and export from their bytes at an "
             f"ASSUMED {catalog.assumed_disk_gb_s:g} GB/s disk"
         ),
         "dry_runs": runs.count, "rows": rows,

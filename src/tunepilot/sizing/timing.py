@@ -63,11 +63,17 @@ def work_flops(update_by: dict[str, float], eval_by: dict[str, float]) -> WorkFl
 
 
 class WorkBytes(NamedTuple):
-    """What the I/O phases move: a checkpoint, the base weights a new process loads, the export."""
+    """What the I/O phases move: a checkpoint, the base weights a new process loads, the export;
+    and what the GPU must at least read from its memory per update and per validation pass
+    (every weight once per forward, backward and recompute of each microbatch, and once per
+    generated token), which floors the time where the matmuls are too small to be bound by
+    FLOPs (a microbatch of a few hundred tokens; every decoding step)."""
 
     checkpoint: int
     base_weights: int
     export: int
+    update_reads: int = 0
+    eval_reads: int = 0
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,12 @@ def computed_seconds(
     def seconds(split: dict[str, float]) -> float:
         return sum(n / (peaks[p] * mfu) for p, n in split.items())  # type: ignore[operator]
 
-    update, eval_pass = seconds(flops.split("update")), seconds(flops.split("eval"))
+    bandwidth = card.bandwidth_gb_s * 1e9
+    compute = seconds(flops.split("update")), seconds(flops.split("eval"))
+    reads = io.update_reads / bandwidth, io.eval_reads / bandwidth
+    update, eval_pass = max(compute[0], reads[0]), max(compute[1], reads[1])
+    bound = [w for w, c, r in zip(("the update", "the validation pass"), compute, reads,
+                                  strict=True) if r > c]  # fmt: skip
     checkpoint = io.checkpoint / disk
     resume = (io.base_weights + io.checkpoint) / disk + update
     export = (io.export + io.base_weights + io.export) / disk
@@ -135,7 +146,13 @@ def computed_seconds(
         f"(the {card.name}'s dense peak, {said}, x {mfu:.0%} MFU, an ASSUMPTION until a pilot "
         f"on the {card.name} measures the step); checkpoint ({human_bytes(io.checkpoint)}), "
         f"resume and export from bytes at an ASSUMED {catalog.assumed_disk_gb_s:g} GB/s disk"
-    ) + (f"; {note}" if note else "")
+    )
+    if io.update_reads or io.eval_reads:
+        which = " and ".join(bound) + (" is" if len(bound) == 1 else " are") if bound else "none is"
+        basis += (f"; never faster than reading the weights at the {card.name}'s "
+                  f"{card.bandwidth_gb_s:g} GB/s (each microbatch's forward and backward, each "
+                  f"generated token): {which} memory-bound here")  # fmt: skip
+    basis += f"; {note}" if note else ""
     assumptions = [
         f"MFU {mfu:.0%} of the {card.name}'s dense peak ({card.source})",
         f"disk {catalog.assumed_disk_gb_s:g} GB/s for checkpoints, resume and export",
