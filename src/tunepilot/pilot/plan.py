@@ -97,6 +97,11 @@ def build_plan(
     measured_on = measured_card(env, cards) if pilot else None
     measurements = (pilot or {}).get("measurements") or {}
     pilot_id = (pilot or {}).get("pilot_id", "")
+    if pilot and measured_on not in {card.name for card in cards.cards}:
+        inputs.assumptions.append(
+            f"pilot {pilot_id} timed its step on {measured_on}, no card of the catalog: a "
+            "time measured there is never used as a GPU's, every hour is computed (B1, L2)"
+        )
     runs = DryRuns(runner or dry_runner(ws))
     flops, io = work_of(runs(inputs.setting), inputs)
 
