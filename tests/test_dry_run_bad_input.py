@@ -121,3 +121,37 @@ def test_issue10_done_when_cli_exits_2_with_one_json_document_for_a_bad_config(
     out = json.loads(done.stdout)  # the whole of stdout is one JSON document
     assert out["exit_code"] == 2 and str(bad / "config.json") in out["problems"][0]["where"]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=() if n.startswith("gemma") else pytest.mark.slow)
+     for n in sorted(shipped_configs())],
+)  # fmt: skip
+def test_issue10_7_every_shipped_config_dry_runs_with_its_real_attention(
+    tmp_path: Path, name: str
+) -> None:
+    """Each shipped config sizes end to end. Gemma 2 has no SDPA attention (its soft-cap): a run
+    falls back to eager, so the dry run sizes eager and says so, and an explicit sdpa is bad
+    input (it used to fail as 'base model not loadable': transformers read the stand-in's name
+    as an SDPA request)."""
+    from tunepilot.data.workspace import Workspace
+    from tunepilot.demo.campaign import write_demo_campaign
+    from tunepilot.sizing.dry_run import dry_run
+
+    path = write_demo_campaign(tmp_path, "extraction", tiny=True, n_conversations=20,
+                               overrides={"data.fields.time": None, "data.max_length": 32,
+                                          "training.eval_batch_size": 1})  # fmt: skip
+    ws = Workspace.open(path, [f"model.name_or_path={name}"])
+    result = dry_run(ws)
+    attention = result.phase("steady step").inputs["attention"]
+    assert result.phase("steady step").flops > 0 and result.layers == json.loads(
+        shipped_configs()[name].read_text())["num_hidden_layers"]
+    if name.startswith("gemma"):
+        assert attention == "eager" and any("no SDPA attention" in n for n in result.notes)
+        explicit = Workspace.open(path, [f"model.name_or_path={name}",
+                                         "model.attn_implementation=sdpa"])  # fmt: skip
+        with pytest.raises(InputError, match="attention not available"):
+            dry_run(explicit)
+    else:
+        assert attention == "sdpa"

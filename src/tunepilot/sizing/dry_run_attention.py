@@ -77,7 +77,9 @@ class _StandIn(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-FUSED = "tunepilot_fused_sdpa"
+FUSED = "tunepilot_fused_kernel"
+"""Its name holds neither "sdpa" nor "flash": transformers would hold it to that backend's
+support flags (Gemma 2 refuses SDPA, for its soft-cap, but runs flash-attention)."""
 COUNTER: Counter[str] = Counter()
 """Attention FLOPs so far, per compute precision: the tracker cannot see the stand-in's."""
 # The device sized. CPU's fused (flash) SDPA kernel refuses attention dropout, and PyTorch

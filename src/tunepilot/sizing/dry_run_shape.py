@@ -67,10 +67,14 @@ class Shape:
                               f"use one of {', '.join(ATTENTION_KINDS)}")  # fmt: skip
         if device == "cpu" and attention == "flash":
             attention = "sdpa"
+        task = c.hypothesis.task
+        kind = "classification" if task == "classification" else "causal_lm"
+        if attention == "sdpa" and impl in (None, "sdpa") and not _has_sdpa(arch, kind):
+            attention = _no_sdpa(arch, kind, impl, notes)
         on_cpu = " (CPU's fused SDPA kernel; with attention dropout CPU runs the math path, "
         on_cpu += "L x L matrices included)"
-        notes.append(SENTENCES[attention] + (on_cpu if device == "cpu" else ""))
-        task = c.hypothesis.task
+        notes.append(SENTENCES[attention] + (on_cpu if device == "cpu" and attention == "sdpa"
+                                             else ""))  # fmt: skip
         if task == "image_classification":
             raise input_error(
                 "hypothesis.task", "image_classification: the dry run sizes text models only",
@@ -105,7 +109,7 @@ class Shape:
         return cls(
             settings=m.model_copy(update={"base_dtype": dtype}),
             training=t,
-            kind="classification" if task == "classification" else "causal_lm",
+            kind=kind,
             generates=task != "classification",
             label_names=list(labels) if labels else None,
             microbatch=microbatch or t.microbatch,
@@ -172,3 +176,43 @@ def _within_positions(arch: ArchitectureConfig, length: int, key: str) -> None:
         f"set {key} to at most {found[1]}",
         title="sequence longer than the model",
     )
+
+
+def _model_class(arch: ArchitectureConfig, kind: str) -> Any:
+    """The transformers class a run builds for this config and task, or None if none."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    from tunepilot.model.build import AUTO_CLASSES
+
+    auto = getattr(transformers, AUTO_CLASSES[kind])
+    try:
+        return auto._model_mapping[CONFIG_MAPPING[str(arch.config["model_type"])]]
+    except KeyError:
+        return None  # building reports an architecture without this task as bad input
+
+
+def _has_sdpa(arch: ArchitectureConfig, kind: str) -> bool:
+    return bool(getattr(_model_class(arch, kind), "_supports_sdpa", True))
+
+
+def _no_sdpa(arch: ArchitectureConfig, kind: str, impl: str | None, notes: list[str]) -> str:
+    """A model without SDPA attention (Gemma 2: its logit soft-cap): transformers runs it
+    eager when model.attn_implementation is unset, and refuses an explicit sdpa."""
+    import transformers
+
+    name = getattr(_model_class(arch, kind), "__name__", arch.architecture)
+    if impl == "sdpa":
+        raise input_error(
+            "model.attn_implementation",
+            f"sdpa: {name} has no SDPA attention in transformers {transformers.__version__}",
+            "set model.attn_implementation to eager, or flash_attention_2 on a GPU with "
+            "flash-attn",
+            title="attention not available",
+        )
+    notes.append(
+        f"{name} has no SDPA attention in transformers {transformers.__version__}: with "
+        "model.attn_implementation unset a run uses eager attention, sized so "
+        "(flash_attention_2 keeps no L x L matrix)"
+    )
+    return "eager"
