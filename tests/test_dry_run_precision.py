@@ -118,3 +118,24 @@ def test_issue10_1_trainable_json_records_the_base_dtype_and_fp32_trained_weight
         model = apply_method(load_model(resolve_source(settings), "causal_lm", settings), settings)
         report = trainable_report(model).to_json()
         assert report["frozen_dtypes"] == [frozen] and report["trainable_dtypes"] == ["float32"]
+
+
+def test_issue10_1_nf4_on_a_gpu_without_bitsandbytes_is_bad_input_not_an_import_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the load gate / a run on a CUDA card says when bitsandbytes is missing (the CUDA
+    side is simulated by passing device_type; no GPU here)."""
+    import importlib.util
+
+    from tunepilot.errors import InputError
+    from tunepilot.model.base_dtype import require_quantization_backend
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda n, *a: None if n == "bitsandbytes" else real(n, *a))  # fmt: skip
+    with pytest.raises(InputError) as caught:
+        require_quantization_backend("nf4", device_type="cuda")
+    assert "pip install bitsandbytes" in caught.value.problems[0].fix
+    with pytest.raises(InputError, match="needs a CUDA"):
+        require_quantization_backend("int8", device_type="cpu")
+    require_quantization_backend("bf16", device_type="cpu")  # nothing to refuse
