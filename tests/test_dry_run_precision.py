@@ -7,21 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from sizing_support import tiny_llama_campaign
 from tunepilot.data.workspace import Workspace
 
 torch = pytest.importorskip("torch")
 
-SMALL = {"data.fields.time": None, "data.max_length": 64, "model.method": "lora",
-         "training.microbatch": 2, "training.eval_batch_size": 4}  # fmt: skip
-
 
 @pytest.fixture(scope="module")
 def llama_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny extraction demo: a real 2-block Llama base (fp32 weights) and its tokenizer."""
-    from tunepilot.demo.campaign import write_demo_campaign
-
-    return write_demo_campaign(tmp_path_factory.mktemp("precision"), "extraction", tiny=True,
-                               n_conversations=40, overrides=SMALL)  # fmt: skip
+    return tiny_llama_campaign(tmp_path_factory.mktemp("precision"))
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
