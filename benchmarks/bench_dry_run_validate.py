@@ -51,6 +51,9 @@ def main() -> None:
     from tunepilot.measure.memory import human_bytes
     from tunepilot.sizing.dry_run_check import check_steps
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device here: the CUDA validation runs only where a GPU is "
+                         "visible (torch.cuda.is_available() is False); nothing was measured")
     torch.set_num_threads(args.threads)
     folder = Path(tempfile.mkdtemp(prefix="bench-dry-run-validate-"))
     counter = "profiler tensor bytes" if args.device == "cpu" else "max_memory_allocated"
