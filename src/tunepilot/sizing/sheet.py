@@ -225,9 +225,9 @@ def _multi_gpu(dry: Any, card: GpuCard, context: int) -> dict[str, Any] | None:
         "fsdp_per_gpu": _fit(card, fsdp, context),
         "sentence": (
             f"DDP keeps a full replica per GPU plus its gradient buckets, an fp32 copy of "
-            f"the trained weights' gradients ({human_bytes(ddp)}); FSDP shards weights, "
+            f"the trained weights' gradients: {human_bytes(ddp)} per GPU; FSDP shards weights, "
             f"gradients and optimizer state over "
-            f"{card.gpus} and gathers one block at a time ({human_bytes(fsdp)}); arithmetic on "
+            f"{card.gpus} and gathers one block at a time: {human_bytes(fsdp)}; arithmetic on "
             f"the dry run's {dry.peak().phase} split (B3, B4)"
         ),
     }
