@@ -130,6 +130,7 @@ class Shape:
     def inputs(self, batch: int, length: int) -> dict[str, Any]:
         return {
             "microbatch": batch, "length": length, "base_dtype": self.base_dtype,
+            "precision": self.training.precision,
             "activation_checkpointing": self.activation_checkpointing,
             "attention": self.attention, "device": self.device,
         }  # fmt: skip
