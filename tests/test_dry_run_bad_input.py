@@ -47,9 +47,19 @@ def _refusal(tmp_path: Path, text: str | bytes) -> InputError:
         (json.dumps({**PRINTABLE, "hidden_size": 4095}), "transformers refuses"),
         (json.dumps({**PRINTABLE, "num_hidden_layers": "32"}), "positive whole number"),
     ],
-    ids=["json-list", "broken-json", "empty", "binary", "no-model-type", "unknown-arch",
-         "negative-size", "float-vocab", "uneven-kv-heads", "heads-do-not-divide",
-         "layers-as-text"],  # fmt: skip
+    ids=[
+        "json-list",
+        "broken-json",
+        "empty",
+        "binary",
+        "no-model-type",
+        "unknown-arch",
+        "negative-size",
+        "float-vocab",
+        "uneven-kv-heads",
+        "heads-do-not-divide",
+        "layers-as-text",
+    ],  # fmt: skip
 )
 def test_issue10_done_when_a_config_json_that_is_not_one_names_the_file_and_the_fix(
     tmp_path: Path, text: str | bytes, said: str
@@ -145,8 +155,10 @@ def test_issue10_7_every_shipped_config_dry_runs_with_its_real_attention(
     ws = Workspace.open(path, [f"model.name_or_path={name}"])
     result = dry_run(ws)
     attention = result.phase("steady step").inputs["attention"]
-    assert result.phase("steady step").flops > 0 and result.layers == json.loads(
-        shipped_configs()[name].read_text())["num_hidden_layers"]
+    assert (
+        result.phase("steady step").flops > 0
+        and result.layers == json.loads(shipped_configs()[name].read_text())["num_hidden_layers"]
+    )
     if name.startswith("gemma"):
         assert attention == "eager" and any("no SDPA attention" in n for n in result.notes)
         explicit = Workspace.open(path, [f"model.name_or_path={name}",

@@ -207,8 +207,7 @@ def _no_sdpa(arch: ArchitectureConfig, kind: str, impl: str | None, notes: list[
         raise input_error(
             "model.attn_implementation",
             f"sdpa: {name} has no SDPA attention in transformers {transformers.__version__}",
-            "set model.attn_implementation to eager, or flash_attention_2 on a GPU with "
-            "flash-attn",
+            "set model.attn_implementation to eager, or flash_attention_2 on a GPU with flash-attn",
             title="attention not available",
         )
     notes.append(
