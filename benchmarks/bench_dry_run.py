@@ -56,13 +56,17 @@ def main() -> None:
             last[name] = dry_run(ws)
             times[name].append((time.monotonic() - wall, time.process_time() - cpu))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'model':<22}{'wall s':>9}{'cpu s':>8}{'goal s':>8}{'ratio':>7}  peak (phase)")
+    print(f"{'model':<22}{'wall s':>9}{'cpu s':>8}{'goal s':>8}{'ratio':>7}  peak (phase); "
+          "steady step")
     for name, goal in GOALS.items():
         wall = statistics.median(t[0] for t in times[name])
         cpu = statistics.median(t[1] for t in times[name])
-        peak = last[name].peak()
+        peak, steady = last[name].peak(), last[name].phase("steady step")
         print(f"{name:<22}{wall:>9.1f}{cpu:>8.1f}{goal:>8.0f}{wall / goal:>7.2f}  "
-              f"{human_bytes(peak.peak)} ({peak.phase})")  # fmt: skip
+              f"{human_bytes(peak.peak)} ({peak.phase}); {human_bytes(steady.peak)}")  # fmt: skip
+    eval_shape = last[next(iter(GOALS))].phase("evaluation").inputs
+    print(f"evaluation is sized at the campaign's eval batch {eval_shape['microbatch']} x "
+          f"{eval_shape['length']} tokens with full-vocabulary fp32 logits, as evaluate runs it")
     print("ratio = median wall seconds / goal; under 1.00 meets the goal")
 
 

@@ -105,8 +105,8 @@ def campaign_for(setup: Setup, folder: Path) -> Path:
                                overrides=overrides)  # fmt: skip
 
 
-def predict(setup: Setup) -> tuple[float, str, float]:
-    """(predicted bytes per GPU, which phase, seconds the dry run took)."""
+def predict(setup: Setup) -> tuple[float, str, float, str]:
+    """(predicted bytes per GPU, which phase, seconds the dry run took, its split in GiB)."""
     from tunepilot.data.workspace import Workspace
     from tunepilot.sizing.dry_run import dry_run
     from tunepilot.sizing.sheet import multi_gpu_bytes
@@ -118,10 +118,12 @@ def predict(setup: Setup) -> tuple[float, str, float]:
         seconds = time.perf_counter() - tick
     training = max((p for p in dry.phases if p.phase in ("first step", "steady step")),
                    key=lambda p: p.peak)  # fmt: skip
+    split = " / ".join(f"{getattr(training, k) / GIB:.1f}" for k in
+                       ("weights", "gradients", "optimizer", "activations", "temporaries"))
     if setup.gpus > 1:
         _, fsdp = multi_gpu_bytes(dry, setup.gpus)
-        return float(fsdp), f"{dry.peak().phase}, FSDP over {setup.gpus}", seconds
-    return float(training.peak), training.phase, seconds
+        return float(fsdp), f"{dry.peak().phase}, FSDP over {setup.gpus}", seconds, split
+    return float(training.peak), training.phase, seconds, split
 
 
 def main() -> None:
@@ -129,18 +131,19 @@ def main() -> None:
     parser.add_argument("--only", help="run the setups whose name contains this text")
     args = parser.parse_args()
     rows = [s for s in SETUPS if not args.only or args.only.lower() in s.name.lower()]
-    print("| setup | published | dry run predicts | predicted / published | source |")
-    print("|---|---:|---:|---:|---|")
+    print("| setup | published | dry run predicts | one GPU's split W / G / O / A / T, GiB "
+          "| predicted / published | source |")
+    print("|---|---:|---:|---|---:|---|")
     for setup in rows:
-        predicted, phase, seconds = predict(setup)
+        predicted, phase, seconds, split = predict(setup)
         if setup.published_bytes:
             ratio = f"{predicted / setup.published_bytes:.2f}"
-        else:
-            ratio = "fits" if predicted < 48e9 else "does not fit"
+        else:  # a bound: "a single 48GB GPU" (GPU memory comes in binary sizes: 48 GiB)
+            ratio = "fits" if predicted < 48 * GIB else "does not fit"
         notes = "; ".join(setup.notes)
         print(f"| {setup.name} | {setup.published} | {predicted / GIB:.1f} GiB ({phase}, "
-              f"{seconds:.0f} s) | {ratio} | {setup.source}{'; ' + notes if notes else ''} |",
-              flush=True)  # fmt: skip
+              f"{seconds:.0f} s) | {split} | {ratio} | "
+              f"{setup.source}{'; ' + notes if notes else ''} |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

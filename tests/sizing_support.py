@@ -6,6 +6,8 @@ Imported by tests (pytest puts this folder on sys.path).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tunepilot.sizing.dry_run import DryRun, PhaseSize
 from tunepilot.sizing.sheet import Setting
 
@@ -38,3 +40,16 @@ def fake_dry_run(s: Setting) -> DryRun:
     ]
     return DryRun("llama-3-8b-config", "LlamaForCausalLM", LAYERS, (1, 2), TRAINABLE, PARAMS,
                   phases, cuda_context_bytes=CONTEXT)  # fmt: skip
+
+
+SMALL = {"data.fields.time": None, "data.max_length": 64, "model.method": "lora",
+         "training.microbatch": 2, "training.eval_batch_size": 4}  # fmt: skip
+"""The tiny extraction demo at a small shape: what the real dry-run tests size."""
+
+
+def tiny_llama_campaign(folder: Path) -> Path:
+    """The tiny extraction demo: a real 2-block Llama base (fp32 weights) and its tokenizer."""
+    from tunepilot.demo.campaign import write_demo_campaign
+
+    return write_demo_campaign(folder, "extraction", tiny=True, n_conversations=40,
+                               overrides=SMALL)  # fmt: skip

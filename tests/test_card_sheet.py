@@ -20,7 +20,8 @@ from sizing_support import (
     fake_dry_run,
 )
 from tunepilot.sizing.catalog import load_catalog
-from tunepilot.sizing.sheet import DryRuns, Linear, SheetInputs, card_rows, recommendation
+from tunepilot.sizing.recommend import recommendation
+from tunepilot.sizing.sheet import DryRuns, Linear, SheetInputs, card_rows
 from tunepilot.sizing.sheet_markdown import sheet_markdown
 from tunepilot.sizing.timing import seconds_on
 

@@ -11,23 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from sizing_support import tiny_llama_campaign
 from tunepilot.data.workspace import Workspace
 from tunepilot.errors import InputError
 
 torch = pytest.importorskip("torch")
 
 TUNEPILOT = [sys.executable, "-m", "tunepilot.cli"]
-SMALL = {"data.fields.time": None, "data.max_length": 64, "model.method": "lora",
-         "training.microbatch": 2, "training.eval_batch_size": 4}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def llama_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny extraction demo: a real 2-block Llama base with weights and tokenizer."""
-    from tunepilot.demo.campaign import write_demo_campaign
-
-    return write_demo_campaign(tmp_path_factory.mktemp("dry"), "extraction", tiny=True,
-                               n_conversations=40, overrides=SMALL)  # fmt: skip
+    return tiny_llama_campaign(tmp_path_factory.mktemp("dry"))
 
 
 def _ws(path: Path, **overrides: object) -> Workspace:
@@ -119,7 +115,8 @@ def test_item2_dry_run_builds_the_run_model_and_splits_each_phase_peak(llama_cam
 def test_item2_two_and_three_blocks_extrapolate_to_four(llama_campaign, tmp_path) -> None:
     from tunepilot.sizing.dry_run import PHASES, _combine, dry_run
     from tunepilot.sizing.dry_run_config import architecture_config
-    from tunepilot.sizing.dry_run_measure import Shape, measure_blocks
+    from tunepilot.sizing.dry_run_measure import measure_blocks
+    from tunepilot.sizing.dry_run_shape import Shape
 
     config = json.loads((llama_campaign.parent / "base-model" / "config.json").read_text())
     folder = tmp_path / "four-blocks"

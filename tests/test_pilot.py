@@ -154,6 +154,9 @@ def test_item3_plan_hours_for_a_card_never_come_from_the_cpu_pilot(pilot) -> Non
     text = "\n".join(lines)
     assert text.startswith("## Per-card sheet") and "## Rental plan on the A100 40GB" in text
     assert text.count("Basis:") == 1
+    # issue 10 item 3: the plan itself says the CPU pilot's times are not used for any card
+    assert f"pilot {result.pilot_id} timed its step on cpu" in text
+    assert "never used as a GPU's" in text
 
 
 def test_item3_plan_needs_no_pilot_and_a_card_missing_from_the_catalog_exits_2(

@@ -52,3 +52,11 @@ def test_item6_plan_on_banking77_with_the_llama_3_8b_config_without_a_gpu(
     assert "ASSUMPTION" in sheet["hours_basis"] and "MFU" in sheet["hours_basis"]
     assert out["plan"]["measured"] is False and out["plan"]["basis"].startswith("computed")
     assert out["pilot_id"] is None and "no pilot has run" in out["pilot_note"]
+    # By hand: a bf16 base of 7.5e9 frozen parameters is ~14 GiB; AdamW keeps two fp32 moments
+    # of every trained weight; the base's matmuls run in bf16 (training.precision fp32 casts
+    # nothing), so hours use the bf16 peak, and the fp32 LoRA share is tiny.
+    steady = next(p for p in sheet["phases"] if p["phase"] == "steady step")
+    assert 2 * 7.5e9 <= steady["weights"] <= 2 * 7.52e9 + 4 * direct.trainable_params
+    assert steady["optimizer"] == pytest.approx(8 * direct.trainable_params, rel=0.01)  # + steps
+    assert steady["flops_by"]["bf16"] > 100 * steady["flops_by"]["fp32"]
+    assert "989.4 TFLOPS bf16" in h100["basis"] and "NOT scaled" not in json.dumps(out)

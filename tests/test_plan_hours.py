@@ -74,3 +74,43 @@ def test_item3_a_loaded_machines_measurement_is_flagged_noisy_and_not_used() -> 
     assert noise_of(busy) is None
     # On a GPU the process waits for the device: little CPU time is no sign of load.
     assert noise_of(QUIET | {"step_cpu_seconds": 0.1}) is None
+
+
+def test_issue10_3_the_pilots_steady_step_flags_a_loaded_machines_timing_as_noisy(
+    tmp_path, monkeypatch
+) -> None:
+    """The gate itself says when its step time was taken on a loaded machine, so neither the
+    reader nor the plan takes it for the card's speed."""
+    from pilot_support import tiny_campaign
+    from tunepilot.data.workspace import Workspace
+    from tunepilot.pilot import gates
+    from tunepilot.pilot.flow import new_pilot_folder, new_state
+    from tunepilot.pilot.update import timing_flag
+
+    ws = Workspace.open(tiny_campaign(tmp_path))
+    state = new_state(ws, *new_pilot_folder(ws.pilots_dir), tensors=False, hooks=None)
+    for gate in (gates.data_gate, gates.load_gate, gates.first_step_gate):
+        gate(state)
+    busy = {"step_cpu_seconds": 0.0, "threads": 1, "load_average": 9.0, "cpu_cores": 2,
+            "device_type": "cpu"}  # fmt: skip
+    monkeypatch.setattr(gates, "machine_load", lambda device, cpu: busy)
+    outcome = gates.steady_step_gate(state)
+    assert "timing NOISY" in outcome.sentence and "load average 9.0 above the 2 cores" in (
+        outcome.sentence)
+    assert outcome.details["timing_noisy"] is True and "not used for hours" in outcome.sentence
+    assert timing_flag(QUIET) == ""
+
+
+def test_issue10_3_an_update_is_never_faster_than_reading_the_weights_at_the_cards_bandwidth():
+    """Small microbatches and every decoding step are memory-bound: the FLOPs time is floored
+    by the bytes the card must read (datasheet bandwidth), and the basis says which is."""
+    small = WorkFlops(per_update=1.0e12, per_eval_pass=1.0e12, precision="bf16")
+    reads = IO._replace(update_reads=2 * 16 * 10**9 * 8, eval_reads=16 * 10**9)
+    seconds, basis = seconds_on(H100, CATALOG, small, reads)
+    assert seconds.update == pytest.approx(2 * 16e9 * 8 / (H100.bandwidth_gb_s * 1e9))
+    assert seconds.update > 1.0e12 / (989.4e12 * CATALOG.assumed_mfu)
+    assert "the update and the validation pass are memory-bound here" in basis
+    big = WorkFlops(per_update=4.0e17, per_eval_pass=4.0e17, precision="bf16")
+    seconds, basis = seconds_on(H100, CATALOG, big, reads)
+    assert seconds.update == pytest.approx(4.0e17 / (989.4e12 * CATALOG.assumed_mfu))
+    assert "none is memory-bound" in basis

@@ -60,19 +60,31 @@ def quantization_config(name: str) -> Any:
 
 
 def require_quantization_backend(name: str, device_type: str | None = None) -> None:
-    """Refuse nf4/int8 training where bitsandbytes' 4/8-bit kernels cannot run (CPU here)."""
+    """Refuse nf4/int8 training where bitsandbytes' 4/8-bit kernels cannot run (CPU here), or
+    on a GPU without bitsandbytes installed (transformers would stop with an ImportError)."""
     if name not in QUANTIZED:
         return
     device_type = device_type or _default_device_type()
-    if device_type != "cuda":
-        raise input_error(
-            "model.base_dtype",
-            f"{name} (bitsandbytes {'4' if name == 'nf4' else '8'}-bit) training needs a CUDA "
-            f"GPU and this machine trains on {device_type}",
-            "set model.base_dtype=bf16 or fp32 to run here; `tunepilot size CAMPAIGN` still "
-            f"sizes the {name} campaign without a GPU, and it trains on the rented CUDA card",
-            title="base precision not available",
-        )
+    if device_type == "cuda":
+        import importlib.util
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise input_error(
+                "model.base_dtype",
+                f"{name} quantizes the base with bitsandbytes, which is not installed here",
+                "pip install bitsandbytes (the build for this CUDA or ROCm torch), or set "
+                "model.base_dtype=bf16",
+                title="base precision not available",
+            )
+        return
+    raise input_error(
+        "model.base_dtype",
+        f"{name} (bitsandbytes {'4' if name == 'nf4' else '8'}-bit) training needs a CUDA "
+        f"GPU and this machine trains on {device_type}",
+        "set model.base_dtype=bf16 or fp32 to run here; `tunepilot size CAMPAIGN` still "
+        f"sizes the {name} campaign without a GPU, and it trains on the rented CUDA card",
+        title="base precision not available",
+    )
 
 
 def keep_trainable_fp32(model: Any) -> list[str]:

@@ -226,7 +226,8 @@ def build_from_config(
             model = _auto_class(task_kind).from_config(
                 hf_config, dtype=dtype, trust_remote_code=settings.trust_remote_code
             )
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+        # RuntimeError: a size transformers accepts but torch cannot make a tensor of
         raise _not_loadable(source.path, task_kind, exc) from exc
     architectures = values.get("architectures") or []
     head_saved = any(a.endswith(("ForSequenceClassification", "ForImageClassification"))
@@ -328,12 +329,15 @@ def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
     return model
 
 
-def enable_activation_checkpointing(model: Any) -> list[str]:
+def enable_activation_checkpointing(model: Any, context_fn: Any = None) -> list[str]:
     """Recompute activations in backward (S3), non-reentrant; returns notes.
 
     Non-reentrant checkpointing propagates gradients even when the checkpointed block's inputs
     do not require grad (frozen embeddings under LoRA); input grads are still enabled under
     peft because some remote-code models use reentrant checkpointing regardless.
+    `context_fn` is `torch.utils.checkpoint`'s own hook (contexts for the forward and the
+    recompute): a run passes none; the dry run passes one that replays autocast's casts at
+    recompute on meta tensors, which torch's autocast cannot see.
     """
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if not getattr(base, "supports_gradient_checkpointing", False):
@@ -347,7 +351,9 @@ def enable_activation_checkpointing(model: Any) -> list[str]:
             ),
             "training.activation_checkpointing",
         )
-    kwargs = {"use_reentrant": False}
+    kwargs: dict[str, Any] = {"use_reentrant": False}
+    if context_fn is not None:
+        kwargs["context_fn"] = context_fn
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning)
         if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5

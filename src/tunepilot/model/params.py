@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from tunepilot.verdict import Finding, Verdict
@@ -41,6 +41,8 @@ class TrainableReport:
     lora_rank: int | None
     lora_alpha: int | None
     extra_saved: dict[str, int]  # modules_to_save actually wrapped -> trainable params
+    frozen_dtypes: list[str] = field(default_factory=list)  # the base as loaded (base_dtype)
+    trainable_dtypes: list[str] = field(default_factory=list)  # what trains (fp32 kept)
 
     @property
     def total_params(self) -> int:
@@ -130,6 +132,8 @@ def trainable_report(model: Any) -> TrainableReport:
         lora_rank=getattr(cfg, "r", None),
         lora_alpha=getattr(cfg, "lora_alpha", None),
         extra_saved=extra,
+        frozen_dtypes=sorted({r.dtype for r in rows if not r.trainable}),
+        trainable_dtypes=sorted({r.dtype for r in rows if r.trainable}),
     )
 
 

@@ -16,7 +16,13 @@ import time
 from typing import Any
 
 from tunepilot.pilot.phases import Outcome, PilotState, synchronize, worst_verdict
-from tunepilot.pilot.update import longest_microbatches, machine_load, make_optimizer, train_update
+from tunepilot.pilot.update import (
+    longest_microbatches,
+    machine_load,
+    make_optimizer,
+    timing_flag,
+    train_update,
+)
 from tunepilot.verdict import Verdict
 
 STEADY_STEPS = 3
@@ -196,8 +202,9 @@ def steady_step_gate(state: PilotState) -> Outcome:
     median = statistics.median(seconds)
     load = machine_load(state.device, statistics.median(cpu_seconds))
     state.measurements.update(step_seconds=median, step_shape=dict(state.shape), **load)
+    noisy = timing_flag(state.measurements)
     details = {"losses": losses, "seconds": seconds, "median_seconds": median,
-               "cpu_seconds": cpu_seconds}  # fmt: skip
+               "cpu_seconds": cpu_seconds, "timing_noisy": bool(noisy)}  # fmt: skip
     first = state.measurements.get("first_loss")
     if first is not None and max(losses) > DIVERGING * first:
         return Outcome(Verdict.FAIL, f"the loss rose from {first:.4g} to {max(losses):.4g} within "
@@ -209,7 +216,7 @@ def steady_step_gate(state: PilotState) -> Outcome:
     at = f"of {image} pixels" if image else "at the longest length (an upper bound for the plan)"
     return Outcome(Verdict.PASS, f"{STEADY_STEPS} more updates at the same shape: median "
                    f"{median:.3g} s per update of {t.microbatch * t.accumulation} examples {at}, "
-                   f"losses {said}",
+                   f"losses {said}{noisy}",
                    details, dict(state.shape))  # fmt: skip
 
 

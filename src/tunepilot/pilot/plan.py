@@ -76,14 +76,9 @@ def build_plan(
     the caller has them; `runner` replaces the dry run."""
     from tunepilot.pilot.stale import measured_card
     from tunepilot.sizing.catalog import load_catalog
+    from tunepilot.sizing.recommend import recommendation, smallest_fit
     from tunepilot.sizing.rental import plan_markdown, plan_rental
-    from tunepilot.sizing.sheet import (
-        card_rows,
-        recommendation,
-        sheet_inputs,
-        smallest_fit,
-        work_of,
-    )
+    from tunepilot.sizing.sheet import card_rows, sheet_inputs, work_of
     from tunepilot.sizing.sheet_markdown import sheet_markdown
     from tunepilot.sizing.timing import seconds_on
 
@@ -102,6 +97,11 @@ def build_plan(
     measured_on = measured_card(env, cards) if pilot else None
     measurements = (pilot or {}).get("measurements") or {}
     pilot_id = (pilot or {}).get("pilot_id", "")
+    if pilot and measured_on not in {card.name for card in cards.cards}:
+        inputs.assumptions.append(
+            f"pilot {pilot_id} timed its step on {measured_on}, no card of the catalog: a "
+            "time measured there is never used as a GPU's, every hour is computed (B1, L2)"
+        )
     runs = DryRuns(runner or dry_runner(ws))
     flops, io = work_of(runs(inputs.setting), inputs)
 

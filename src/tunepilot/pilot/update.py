@@ -105,3 +105,12 @@ def machine_load(device: Any, cpu_seconds: float) -> dict[str, Any]:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {"step_cpu_seconds": cpu_seconds, "threads": torch.get_num_threads(),
             "load_average": load, "cpu_cores": cores, "device_type": device.type}  # fmt: skip
+
+
+def timing_flag(measurements: dict[str, Any]) -> str:
+    """The steady-step sentence's word on its own timing: "" on a quiet machine, else that it
+    is noisy, why, and that the plan will not turn it into hours (issue 10 item 3)."""
+    from tunepilot.sizing.timing import noise_of
+
+    noisy = noise_of(measurements)
+    return f"; timing NOISY ({noisy}): not used for hours" if noisy else ""

@@ -196,17 +196,25 @@ def _problem(err: dict[str, Any], source: str, lines: dict[tuple[str, ...], int]
 def load_catalog(path: str | Path | None = None) -> Catalog:
     """Read and validate a catalog; all problems are raised together as one InputError."""
     source = Path(path) if path is not None else default_catalog_path()
+    title = f"invalid GPU catalog {source}"
     if not source.is_file():
-        raise input_error(str(source), "no such catalog file", "give the path to a gpus.yaml")
-    text = source.read_text(encoding="utf-8")
+        raise input_error(str(source), "no such catalog file", "give the path to a gpus.yaml",
+                          title=title)  # fmt: skip
     try:
+        text = source.read_text(encoding="utf-8")
         raw = yaml.safe_load(text)
+    except UnicodeDecodeError:
+        raise input_error(str(source), "not a text file", "pass a YAML file shaped like the "
+                          f"shipped {default_catalog_path()}", title=title) from None  # fmt: skip
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark else str(source)
-        raise input_error(where, f"not valid YAML ({exc})", "fix the YAML syntax") from None
+        raise input_error(where, f"not valid YAML ({exc})", "fix the YAML syntax",
+                          title=title) from None  # fmt: skip
     if not isinstance(raw, dict):
-        raise input_error(str(source), "the top level is not a mapping", "see the shipped file")
+        raise input_error(str(source), "the top level is not a mapping",
+                          f"start from the shipped {default_catalog_path()}",
+                          title=title)  # fmt: skip
     try:
         catalog = Catalog.model_validate(raw)
     except ValidationError as exc:

@@ -67,6 +67,7 @@ class DryRun:
     source: str = ""
     cuda_context_bytes: int = CUDA_CONTEXT  # outside the allocator: an assumption, labelled
     seconds: float = 0.0
+    generated_tokens: int = 0  # new tokens evaluation generates per example (0: it does not)
 
     def peak(self) -> PhaseSize:
         """The phase with the highest peak."""
@@ -97,7 +98,8 @@ def dry_run(
     `device` is the kind of device sized: "cuda" (the rented GPU; fused attention kernels,
     cuBLAS workspace) or "cpu" (this machine, used to validate against real execution).
     """
-    from tunepilot.sizing.dry_run_measure import Shape, measure_blocks
+    from tunepilot.sizing.dry_run_measure import measure_blocks
+    from tunepilot.sizing.dry_run_shape import Shape
 
     started = time.monotonic()
     campaign = ws.campaign
@@ -124,9 +126,13 @@ def dry_run(
             f"not in any phase: the CUDA context (~{CUDA_CONTEXT // MIB} MiB, an assumption) "
             "and the caching allocator's reserved-but-free blocks (measured on the GPU only)"
         )
+    built = m1.built or arch.architecture
+    if built != arch.architecture:
+        notes.insert(1, f"built as {built} (hypothesis.task {campaign.hypothesis.task}) from a "
+                        f"{arch.architecture} config.json")  # fmt: skip
     return DryRun(
         model=campaign.model.name_or_path,
-        architecture=arch.architecture,
+        architecture=built,
         layers=layers,
         blocks_measured=blocks,
         trainable_params=_line(m1.trainable, m2.trainable, layers - a),
@@ -135,6 +141,8 @@ def dry_run(
         notes=notes,
         source=arch.source,
         seconds=round(time.monotonic() - started, 2),
+        generated_tokens=campaign.training.max_new_tokens
+        if shape.generates and shape.kind == "causal_lm" else 0,
     )
 
 
@@ -160,6 +168,8 @@ def _combine(p1: dict[str, PhaseSize], p2: dict[str, PhaseSize], name: str,
     sized = [_extrapolate(p1[k], p2[k], more) for k in keys]
     best = max(sized, key=lambda p: p.peak)
     best.flops = sum(p.flops for p in sized)
+    best.flops_by = {k: sum(p.flops_by.get(k, 0) for p in sized)
+                     for k in sorted({k for p in sized for k in p.flops_by})}  # fmt: skip
     best.phase = name
     return best
 
@@ -174,6 +184,8 @@ def _extrapolate(p1: PhaseSize, p2: PhaseSize, more: int) -> PhaseSize:
         k: _line(p1.analytical.get(k, 0), p2.analytical.get(k, 0), more)
         for k in {**p1.analytical, **p2.analytical}
     }
+    flops_by = {k: _line(p1.flops_by.get(k, 0), p2.flops_by.get(k, 0), more)
+                for k in sorted({**p1.flops_by, **p2.flops_by})}  # fmt: skip
     peak = sum(v for k, v in parts.items() if k != "flops")
     return PhaseSize(p1.phase, **parts, peak=peak, inputs=p1.inputs, notes=p1.notes,
-                     analytical=analytical)  # fmt: skip
+                     analytical=analytical, flops_by=flops_by)  # fmt: skip

@@ -15,11 +15,15 @@ executes it as is, and its L x L matrices are measured.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+from tunepilot.sizing.dry_run_autocast import LOWER_NOW
+from tunepilot.sizing.dry_run_tracker import precision_of
 
 ATTENTION_KINDS = ("sdpa", "flash", "eager")
 
@@ -35,7 +39,7 @@ SENTENCES = {
 
 class _FusedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, q: Any, k: Any, v: Any, counter: list[int]) -> Any:  # type: ignore[override]
+    def forward(ctx: Any, q: Any, k: Any, v: Any, counter: Counter[str]) -> Any:  # type: ignore[override]
         # The kernels write the output batch x length x heads x dim and return it transposed
         # (CUDA's flash and memory-efficient kernels always, CPU's when q is laid out so, as
         # transformers' q.view(...).transpose(1, 2) is): the caller's transpose back and
@@ -45,13 +49,15 @@ class _FusedAttention(torch.autograd.Function):
         lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.counter = counter
-        counter[0] += sdpa_flop_count(q.shape, k.shape, v.shape)
+        counter[precision_of(q.dtype)] += sdpa_flop_count(q.shape, k.shape, v.shape)
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: Any) -> Any:  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
-        ctx.counter[0] += sdpa_backward_flop_count(grad.shape, q.shape, k.shape, v.shape)
+        ctx.counter[precision_of(q.dtype)] += sdpa_backward_flop_count(
+            grad.shape, q.shape, k.shape, v.shape
+        )
         delta = torch.empty_like(lse)  # noqa: F841 - rowsum(dO * O), held during the kernel
         dq_accum = torch.empty_like(q, dtype=torch.float32)  # noqa: F841
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), None
@@ -60,7 +66,7 @@ class _FusedAttention(torch.autograd.Function):
 class _StandIn(TorchFunctionMode):
     """Inside one attention call: `F.scaled_dot_product_attention` becomes the fused kernel."""
 
-    def __init__(self, counter: list[int]) -> None:
+    def __init__(self, counter: Counter[str]) -> None:
         super().__init__()
         self.counter = counter
 
@@ -70,12 +76,17 @@ class _StandIn(TorchFunctionMode):
             TARGET["device"] == "cpu" and kwargs.get("dropout_p", 0.0) > 0
         ):
             q, k, v = args[:3]
+            if LOWER_NOW:  # under (meta) autocast the kernel gets half q, k, v, as autocast casts
+                q, k, v = (LOWER_NOW[-1](t) for t in (q, k, v))
             return _FusedAttention.apply(q, k, v, self.counter)
         return func(*args, **kwargs)
 
 
-FUSED = "tunepilot_fused_sdpa"
-COUNTER = [0]  # attention FLOPs so far; the tracker's FLOP count cannot see the stand-in
+FUSED = "tunepilot_fused_kernel"
+"""Its name holds neither "sdpa" nor "flash": transformers would hold it to that backend's
+support flags (Gemma 2 refuses SDPA, for its soft-cap, but runs flash-attention)."""
+COUNTER: Counter[str] = Counter()
+"""Attention FLOPs so far, per compute precision: the tracker cannot see the stand-in's."""
 # The device sized. CPU's fused (flash) SDPA kernel refuses attention dropout, and PyTorch
 # then runs the math path, L x L matrices included; CUDA's flash and memory-efficient
 # kernels apply dropout inside the kernel.

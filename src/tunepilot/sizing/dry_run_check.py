@@ -64,7 +64,8 @@ def check_steps(
     from tunepilot.model.build import apply_method, enable_activation_checkpointing, load_model
     from tunepilot.sizing.dry_run import dry_run
     from tunepilot.sizing.dry_run_config import architecture_config
-    from tunepilot.sizing.dry_run_measure import Shape, train_step
+    from tunepilot.sizing.dry_run_measure import train_step
+    from tunepilot.sizing.dry_run_shape import Shape
     from tunepilot.train.optimizer import build_optimizer
 
     keys = ("microbatch", "max_length", "activation_checkpointing", "base_dtype")

@@ -147,4 +147,55 @@ def _checked(
             f"set {layers_key} as in the model's published config.json",
             title="invalid config.json",
         )
+    _check_sizes(config, path, attribute_map)
+    _check_with_transformers(config, path, model_type)
     return ArchitectureConfig(config, path, source, tokenizer, layers_key)
+
+
+SIZE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+             "vocab_size", "head_dim", "max_position_embeddings")  # fmt: skip
+"""Shapes of the model's tensors: each must be a positive whole number where config.json sets
+it (null means "the architecture's default"). transformers checks some of them, not all: a
+negative hidden_size only fails when a tensor of that size is made."""
+
+
+def _check_sizes(config: dict[str, Any], path: Path, attribute_map: dict[str, str]) -> None:
+    for name in SIZE_KEYS:
+        key = attribute_map.get(name, name)
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):  # fmt: skip
+            raise input_error(
+                f"{path} {key}",
+                f"`{key}` is {value!r}, not a positive whole number",
+                f"set {key} as in the model's published config.json",
+                title="invalid config.json",
+            )
+    heads = config.get(attribute_map.get("num_attention_heads", "num_attention_heads"))
+    groups = config.get("num_key_value_heads")
+    if isinstance(heads, int) and isinstance(groups, int) and heads % groups:
+        raise input_error(
+            f"{path} num_key_value_heads",
+            f"{heads} attention heads cannot share {groups} key/value heads evenly",
+            "set num_key_value_heads to a divisor of num_attention_heads, as published",
+            title="invalid config.json",
+        )
+
+
+def _check_with_transformers(config: dict[str, Any], path: Path, model_type: str) -> None:
+    """transformers' own validation of the config (types, head/size relations), as bad input
+    naming the file rather than a traceback."""
+    from transformers import AutoConfig
+
+    values = {k: v for k, v in config.items() if not k.startswith("_") and k != "model_type"}
+    try:
+        AutoConfig.for_model(model_type, **values)
+    except Exception as exc:  # noqa: BLE001 - huggingface_hub's StrictDataclassError is neither
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        said = (lines[-1] if lines else type(exc).__name__)[:300]
+        raise input_error(
+            str(path),
+            f"transformers refuses this {model_type} config: {said}",
+            "correct that value as in the model's published config.json",
+            title="invalid config.json",
+        ) from None

@@ -8,135 +8,14 @@ tensor cannot show is added, by name (see `tunepilot.sizing.dry_run`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
 
-from tunepilot.errors import input_error
 from tunepilot.sizing.dry_run_attention import COUNTER, TARGET
 from tunepilot.sizing.dry_run_config import ArchitectureConfig
+from tunepilot.sizing.dry_run_shape import Shape
 from tunepilot.sizing.phase_size import CUBLAS_WORKSPACE, PHASES, PhaseSize
-
-if TYPE_CHECKING:
-    from tunepilot.data.workspace import Workspace
-
-_ATTENTION_OF = {None: "sdpa", "sdpa": "sdpa", "eager": "eager"}
-
-
-@dataclass
-class Shape:
-    """Everything a measurement depends on, resolved from the campaign and the overrides."""
-
-    settings: Any  # ModelSettings with base_dtype resolved
-    training: Any  # TrainingSettings
-    kind: str  # "classification" | "causal_lm" | "image_classification"
-    generates: bool  # evaluation generates text (extraction, format)
-    label_names: list[str] | None
-    microbatch: int
-    length: int
-    eval_batch: int
-    eval_length: int
-    base_dtype: str
-    activation_checkpointing: bool
-    attention: str
-    device: str
-    notes: list[str] = field(default_factory=list)
-    image: tuple[int, int, int] | None = None  # (channels, height, width) of an image input
-
-    @classmethod
-    def from_campaign(
-        cls, ws: Workspace, arch: ArchitectureConfig, *, microbatch: int | None,
-        max_length: int | None, activation_checkpointing: bool | None,
-        base_dtype: str | None, attention: str | None, device: str,
-    ) -> Shape:  # fmt: skip
-        from tunepilot.model.base_dtype import BASE_DTYPES
-        from tunepilot.sizing.dry_run_attention import ATTENTION_KINDS, SENTENCES
-
-        c = ws.campaign
-        t, m = c.training, c.model
-        notes: list[str] = []
-        dtype = base_dtype or m.base_dtype
-        if dtype is None:
-            dtype = "bf16" if device == "cuda" else "fp32"
-            notes.append(f"model.base_dtype unset: sized as {dtype}, its default on {device}")
-        if dtype not in BASE_DTYPES:
-            raise input_error("base_dtype", f"`{dtype}` is not a base dtype",
-                              f"use one of {', '.join(BASE_DTYPES)}")  # fmt: skip
-        impl = m.attn_implementation
-        attention = attention or (
-            "flash" if impl and impl.startswith("flash") else _ATTENTION_OF.get(impl, "sdpa")
-        )
-        if attention not in ATTENTION_KINDS:
-            raise input_error("attention", f"`{attention}` is not an attention kind",
-                              f"use one of {', '.join(ATTENTION_KINDS)}")  # fmt: skip
-        if device == "cpu" and attention == "flash":
-            attention = "sdpa"
-        on_cpu = " (CPU's fused SDPA kernel; with attention dropout CPU runs the math path, "
-        on_cpu += "L x L matrices included)"
-        notes.append(SENTENCES[attention] + (on_cpu if device == "cpu" else ""))
-        task = c.hypothesis.task
-        labels = c.data.labels
-        if task in ("classification", "image_classification") and not labels:
-            labels = ws.prepare(write=False, seal=False).label_names
-        image = None
-        if task == "image_classification":
-            from tunepilot.sizing.dry_run_images import image_input
-
-            image, said = image_input(ws, arch, list(labels or []))
-            notes.append(said)
-        length, eval_length = max_length or c.data.max_length, max_length or c.data.max_length
-        longest = None if max_length or image else data_lengths(ws, arch)
-        if image:
-            length = eval_length = 0  # the picture's size is fixed by the processor
-        elif longest:
-            length, eval_length = longest
-            notes.append(
-                f"steps sized at {length} tokens, evaluation at {eval_length}: the longest "
-                "training and validation examples encoded with the campaign's tokenizer "
-                f"(capped at data.max_length={c.data.max_length})"
-            )
-        else:
-            why = "asked for" if max_length else (
-                "data.max_length, the longest a microbatch can be after truncation; no "
-                "tokenizer here to measure the data's own lengths"
-            )  # fmt: skip
-            notes.append(f"sequences sized at {length} tokens ({why}); evaluation the same")
-        if c.training.precision != "fp32":
-            notes.append(
-                f"training.precision={c.training.precision} autocast is not replayed on meta "
-                f"tensors: activations are sized in the base's {dtype} compute dtype"
-            )
-        return cls(
-            settings=m.model_copy(update={"base_dtype": dtype}),
-            training=t,
-            kind=task if task in ("classification", "image_classification") else "causal_lm",
-            generates=task not in ("classification", "image_classification"),
-            label_names=list(labels) if labels else None,
-            microbatch=microbatch or t.microbatch,
-            length=length,
-            eval_batch=t.eval_batch_size,
-            eval_length=eval_length,
-            base_dtype=dtype,
-            activation_checkpointing=(
-                t.activation_checkpointing
-                if activation_checkpointing is None
-                else activation_checkpointing
-            ),
-            attention=attention,
-            device=device,
-            notes=notes,
-            image=image,
-        )
-
-    def inputs(self, batch: int, length: int) -> dict[str, Any]:
-        out = {
-            "microbatch": batch, "length": length, "base_dtype": self.base_dtype,
-            "activation_checkpointing": self.activation_checkpointing,
-            "attention": self.attention, "device": self.device,
-        }  # fmt: skip
-        if self.image:  # a picture's size is the processor's, never a token count
-            del out["length"]
-            out["image"] = "x".join(map(str, self.image))
-        return out
 
 
 @dataclass
@@ -146,6 +25,7 @@ class Measured:
     phases: dict[str, PhaseSize]
     trainable: int
     total: int
+    built: str = ""  # the class the run builds (the task's head on the config's architecture)
 
 
 def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tuple[Any, Any]:
@@ -170,7 +50,7 @@ def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tup
     )  # fmt: skip
     model = apply_method(loaded, settings)  # a SetupFailure is bad input: exit 2, the key
     if shape.activation_checkpointing:
-        enable_activation_checkpointing(model)
+        enable_activation_checkpointing(model, context_fn=recompute_contexts(shape))
     model.train()
     return model, loaded
 
@@ -196,12 +76,12 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
     with tracker:
         for name in PHASES[:2]:
             tracker.reset_peak()
-            flops0, attn0 = tracker.flops, COUNTER[0]
+            before = flops_now(tracker)
             train_step(model, optimizer, shape, tracker)
             roles = model_roles(tracker, model, optimizer)
-            count = tracker.flops - flops0 + COUNTER[0] - attn0
             inputs = shape.inputs(shape.microbatch, shape.length)
-            phases[name] = _phase(name, tracker.breakdown(roles), count, extra, inputs, quant.notes)
+            phases[name] = _phase(name, tracker.breakdown(roles), flops_now(tracker) - before,
+                                  extra, inputs, quant.notes)  # fmt: skip
             optimizer.zero_grad(set_to_none=True)
         phases |= _forward_phase(
             "evaluation", model, optimizer, shape, tracker, extra,
@@ -221,7 +101,8 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
         )  # fmt: skip
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
-    return Measured(phases, trainable, total)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return Measured(phases, trainable, total, type(base).__name__)
 
 
 def make_batch(shape: Shape, batch: int, length: int, device: str = "meta",
@@ -242,10 +123,49 @@ def make_batch(shape: Shape, batch: int, length: int, device: str = "meta",
     return {"inputs": {"input_ids": ids, "attention_mask": None}, "labels": labels}
 
 
+def flops_now(tracker: Any) -> Counter[str]:
+    """FLOPs counted so far per compute precision: the tracker's and the attention stand-in's."""
+    return tracker.flops_by + COUNTER
+
+
+def step_autocast(shape: Shape, device: str) -> Any:
+    """The forward's autocast context as the loop enters it (`train.precision`): on meta
+    tensors `MetaAutocast` with the sized device's policy, on a real device torch's own."""
+    import contextlib
+
+    import torch
+
+    if shape.training.precision == "fp32":
+        return contextlib.nullcontext()
+    if device == "meta":
+        from tunepilot.sizing.dry_run_autocast import MetaAutocast
+
+        return MetaAutocast(shape.training.precision, shape.device)
+    from tunepilot.train.precision import autocast_and_scaler
+
+    return autocast_and_scaler(shape.training.precision, torch.device(device))[0]()
+
+
+def recompute_contexts(shape: Shape) -> Any:
+    """`torch.utils.checkpoint`'s context_fn for a meta model: the recompute of each block
+    runs under `MetaAutocast` when the forward did, as checkpoint re-enters torch's autocast
+    (which a meta tensor does not see); None when there is no autocast to replay."""
+    import contextlib
+
+    if shape.training.precision == "fp32":
+        return None
+
+    def contexts() -> tuple[Any, Any]:
+        return contextlib.nullcontext(), step_autocast(shape, "meta")
+
+    return contexts
+
+
 def train_step(
     model: Any, optimizer: Any, shape: Shape, tracker: Any, device: str = "meta", vocab: int = 2
 ) -> None:
-    """One microbatch's forward, loss, backward, clipping and optimizer step, as the loop.
+    """One microbatch's forward (under the loop's autocast), loss, backward, clipping and
+    optimizer step, as the loop runs them.
 
     The dry run runs it on meta tensors; `dry_run_check` runs it on real ones to compare.
     """
@@ -257,7 +177,8 @@ def train_step(
 
     tracker.region = "forward"
     batch = make_batch(shape, shape.microbatch, shape.length, device, vocab)
-    logits = model(**batch["inputs"]).logits
+    with step_autocast(shape, device):
+        logits = model(**batch["inputs"]).logits
     loss = summed_loss(logits, batch["labels"], shape.kind) / max(batch["labels"].numel(), 1)
     del logits
     tracker.region = "backward"
@@ -312,7 +233,7 @@ def _one_pass(
 
     tracker.reset_peak()
     tracker.region = "forward"
-    flops0, attn0 = tracker.flops, COUNTER[0]
+    before = flops_now(tracker)
     batch = make_batch(shape, batch_size, length)
     terms: dict[str, int] = {}
     if kind == "prefill":
@@ -327,7 +248,7 @@ def _one_pass(
             del loss
     breakdown = tracker.breakdown(model_roles(tracker, model, optimizer))
     del out, batch
-    return breakdown, tracker.flops - flops0 + COUNTER[0] - attn0, terms
+    return breakdown, flops_now(tracker) - before, terms
 
 
 def _cache_bytes(out: Any) -> int:
@@ -350,35 +271,14 @@ def _cache_bytes(out: Any) -> int:
 
 
 def _phase(
-    name: str, breakdown: Any, flops: int, extra: dict[str, int], inputs: dict[str, Any],
-    notes: list[str],
+    name: str, breakdown: Any, flops: Counter[str] | int, extra: dict[str, int],
+    inputs: dict[str, Any], notes: list[str],
 ) -> PhaseSize:  # fmt: skip
-    """A PhaseSize whose temporaries include the named analytical terms."""
+    """A PhaseSize whose temporaries include the named analytical terms; `flops` per compute
+    precision (or 0 for a phase that computes nothing)."""
     parts = breakdown.as_dict()
     parts["temporaries"] += sum(extra.values())
-    return PhaseSize(name, **parts, peak=sum(parts.values()), flops=int(flops), inputs=inputs,
-                     notes=list(notes), analytical=dict(extra))  # fmt: skip
-
-
-def data_lengths(ws: Workspace, arch: ArchitectureConfig) -> tuple[int, int] | None:
-    """(longest training, longest validation) example in tokens with the campaign's own
-    tokenizer, capped at data.max_length; None when the architecture comes without one."""
-    if arch.tokenizer_dir is None:
-        return None
-    from tunepilot.model.base import ModelSource
-    from tunepilot.model.processors import load_tokenizer
-    from tunepilot.tasks import make_encoder
-
-    source = ModelSource(arch.tokenizer_dir, str(arch.tokenizer_dir), None, None, {}, "local")
-    tokenizer = load_tokenizer(source, ws.campaign.model.trust_remote_code)
-    prepared = ws.prepare(write=False, seal=False)
-    encoder = make_encoder(ws.campaign, tokenizer, prepared.label_names, ws.root)
-
-    def longest(split: str) -> int:
-        return max((len(encoder.encode(e).input_ids) for e in prepared.splits.get(split, [])),
-                   default=0)  # fmt: skip
-
-    train, validation = longest("train"), longest("validation")
-    if not train:
-        return None
-    return train, validation or train
+    by = {k: int(v) for k, v in sorted(dict(flops or {}).items()) if v}
+    return PhaseSize(name, **parts, peak=sum(parts.values()), flops=sum(by.values()),
+                     inputs=inputs, notes=list(notes), analytical=dict(extra),
+                     flops_by=by)  # fmt: skip

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,21 @@ from torch.utils.flop_counter import flop_registry
 from torch.utils.weak import WeakIdKeyDictionary
 
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "temporaries")
+
+
+def precision_of(dtype: Any) -> str:
+    """The catalog's name for the precision an operator computes in ("bf16", "fp16", "fp32")."""
+    import torch
+
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
+
+
+def first_float_dtype(args: Any) -> Any:
+    """The dtype of the first floating-point tensor among `args` (an operator's inputs)."""
+    import torch
+
+    return next((a.dtype for a in tree_leaves(args)
+                 if isinstance(a, torch.Tensor) and a.is_floating_point()), None)  # fmt: skip
 
 
 @dataclass
@@ -74,6 +90,7 @@ class StorageTracker(TorchDispatchMode):
     peak: int = 0
     peak_live: dict[int, _Storage] = field(default_factory=dict)
     flops: int = 0
+    flops_by: Counter[str] = field(default_factory=Counter)  # FLOPs per compute precision
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -150,7 +167,9 @@ class StorageTracker(TorchDispatchMode):
         self.track(tree_leaves(out))
         count = flop_registry.get(func._overloadpacket)
         if count is not None:
-            self.flops += count(*args, **(kwargs or {}), out_val=out)
+            n = count(*args, **(kwargs or {}), out_val=out)
+            self.flops += n
+            self.flops_by[precision_of(first_float_dtype(args))] += n
         return out
 
 

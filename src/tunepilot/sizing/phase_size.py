@@ -30,6 +30,11 @@ class PhaseSize:
     inputs: dict[str, Any]  # microbatch, length, base_dtype, activation_checkpointing, attention
     notes: list[str] = field(default_factory=list)
     analytical: dict[str, int] = field(default_factory=dict)  # added terms, bytes, by name
+    flops_by: dict[str, int] = field(default_factory=dict)  # FLOPs per compute precision
+
+    def flops_by_precision(self, fallback: str) -> dict[str, int]:
+        """FLOPs per precision ("bf16", "fp32", ...); all in `fallback` when not split."""
+        return dict(self.flops_by) if self.flops_by else {fallback: self.flops}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

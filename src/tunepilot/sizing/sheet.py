@@ -162,9 +162,12 @@ def _input_of(dry: Any) -> str | None:
     return f"image {image}" if image else None
 
 
-def work_of(dry: Any, inputs: SheetInputs) -> tuple[Any, Any]:
-    """(WorkFlops, WorkBytes) of the campaign from one dry run of its step (L3)."""
-    from tunepilot.sizing.timing import WorkBytes, WorkFlops
+def work_of(dry: Any, inputs: SheetInputs, precision: str | None = None) -> tuple[Any, Any]:
+    """(WorkFlops, WorkBytes) of the campaign from one dry run of its step (L3). FLOPs are split
+    by the precision each operator computed in; a dry run without that split counts all of
+    them in `precision` (default: training.precision)."""
+    precision = precision or inputs.precision
+    from tunepilot.sizing.timing import WorkBytes, work_flops
 
     steady, evaluation = _phase(dry, "steady step"), _phase(dry, "evaluation")
     if steady is None:
@@ -172,12 +175,20 @@ def work_of(dry: Any, inputs: SheetInputs) -> tuple[Any, Any]:
             "dry run", "no `steady step` phase", "report this: the dry run is incomplete"
         )
     per_step = inputs.accumulation / max(1, int(steady.inputs.get("accumulation", 1)))
-    eval_flops = evaluation.flops * inputs.eval_batches if evaluation is not None else 0.0
+    update_by = {k: v * per_step for k, v in steady.flops_by_precision(precision).items()}
+    eval_by = ({k: v * inputs.eval_batches
+                for k, v in evaluation.flops_by_precision(precision).items()}
+               if evaluation is not None else {})  # fmt: skip
     trainable = dry.trainable_params * 4 + steady.optimizer
     full = dry.trainable_params >= dry.total_params
+    passes = 3 if steady.inputs.get("activation_checkpointing") else 2  # + the recompute
+    decode = 1 + int(getattr(dry, "generated_tokens", 0))  # the forward, each new token
     io = WorkBytes(checkpoint=trainable, base_weights=steady.weights,
-                   export=steady.weights if full else dry.trainable_params * 4)  # fmt: skip
-    return WorkFlops(steady.flops * per_step, eval_flops, inputs.precision), io
+                   export=steady.weights if full else dry.trainable_params * 4,
+                   update_reads=steady.weights * passes * inputs.accumulation,
+                   eval_reads=(evaluation.weights * decode * inputs.eval_batches
+                               if evaluation is not None else 0))  # fmt: skip
+    return work_flops(update_by, eval_by), io
 
 
 def _fit(card: GpuCard, peak: int, context: int) -> dict[str, Any]:
@@ -198,12 +209,15 @@ def _fit(card: GpuCard, peak: int, context: int) -> dict[str, Any]:
 
 def multi_gpu_bytes(dry: Any, gpus: int) -> tuple[int, int]:
     """(DDP, FSDP) tensor bytes per GPU on `gpus` GPUs, arithmetic on the dry run's split at its
-    highest phase: DDP adds one bucket copy of the gradients to a full replica; FSDP shards
-    weights, gradients and optimizer state and gathers one block's weights at a time."""
+    highest phase: DDP adds its gradient buckets (a flat fp32 copy of every trained weight's
+    gradient, allocated when the model is wrapped and held throughout: tunepilot keeps trained
+    weights in fp32) to a full replica; FSDP shards weights, gradients and optimizer state and
+    gathers one block's weights at a time."""
     top = dry.peak()
     state = top.weights + top.gradients + top.optimizer
     block = top.weights // max(1, dry.layers)
-    return top.peak + top.gradients, top.peak - state + math.ceil(state / gpus) + block
+    buckets = 4 * dry.trainable_params
+    return top.peak + buckets, top.peak - state + math.ceil(state / gpus) + block
 
 
 def _multi_gpu(dry: Any, card: GpuCard, context: int) -> dict[str, Any] | None:
@@ -216,9 +230,10 @@ def _multi_gpu(dry: Any, card: GpuCard, context: int) -> dict[str, Any] | None:
         "ddp_per_gpu": _fit(card, ddp, context),
         "fsdp_per_gpu": _fit(card, fsdp, context),
         "sentence": (
-            f"DDP keeps a full replica per GPU plus one bucket copy of the gradients "
-            f"({human_bytes(ddp)}); FSDP shards weights, gradients and optimizer state over "
-            f"{card.gpus} and gathers one block at a time ({human_bytes(fsdp)}); arithmetic on "
+            f"DDP keeps a full replica per GPU plus its gradient buckets, an fp32 copy of "
+            f"the trained weights' gradients: {human_bytes(ddp)} per GPU; FSDP shards weights, "
+            f"gradients and optimizer state over "
+            f"{card.gpus} and gathers one block at a time: {human_bytes(fsdp)}; arithmetic on "
             f"the dry run's {dry.peak().phase} split (B3, B4)"
         ),
     }
@@ -289,15 +304,20 @@ def card_rows(
                                       "accumulation": inputs.accumulation,
                                       "input": _input_of(configured)},
         "phases": [asdict(p) for p in configured.phases],
+        "notes": list(configured.notes),
         "checkpointing": _option_effect(ckpt, base.microbatch, runs, base),
-        "precision": _precision_effect(configured, alt, base.precision, other, catalog),
+        "precision": _precision_effect((configured, flops), (alt, work_of(alt, inputs, other)[0]),
+                                       base.precision, other, catalog),
         "base_dtypes": {d: peak for d, peak in dtypes.items()},
         "hours_basis": (
-            f"computed from the dry run's {flops.per_update:.3g} FLOPs per update and "
-            f"{flops.per_eval_pass:.3g} per validation pass / (each card's dense "
-            f"{flops.precision} peak x {catalog.assumed_mfu:.0%} MFU, an ASSUMPTION until a "
-            "pilot on that card measures the step); checkpoint, resume and export from their "
-            f"bytes at an ASSUMED {catalog.assumed_disk_gb_s:g} GB/s disk"
+            f"computed from the dry run's {flops.per_update:.3g} FLOPs per update "
+            f"({flops.shares()}, the precisions its operators computed in) and "
+            f"{flops.per_eval_pass:.3g} per validation pass / (each card's dense peak for each "
+            f"precision x {catalog.assumed_mfu:.0%} MFU, an ASSUMPTION until a pilot on that "
+            "card measures the step), never faster than reading the weights at the card's "
+            "datasheet memory bandwidth (each microbatch's forward and backward, each generated "
+            "token); checkpoint, resume and export from their bytes at an "
+            f"ASSUMED {catalog.assumed_disk_gb_s:g} GB/s disk"
         ),
         "dry_runs": runs.count, "rows": rows,
         "assumptions": [f"{human_bytes(context)} per GPU for the device context, outside the "
@@ -340,53 +360,34 @@ def _option_effect(
 
 
 def _precision_effect(
-    configured: Any, alt: Any, precision: str, other: str, catalog: Catalog
-) -> dict[str, Any]:
-    """The configured precision against the other one: peak bytes and per-card peak FLOP/s."""
-    speed = {
-        c.name: (c.peak_flops(other) / c.peak_flops(precision))
-        if c.peak_flops(other) and c.peak_flops(precision) else None
-        for c in catalog.cards
-    }  # fmt: skip
-    mine, theirs = configured.peak().peak, alt.peak().peak
+    configured: tuple[Any, Any], alt: tuple[Any, Any], precision: str, other: str,
+    catalog: Catalog,
+) -> dict[str, Any]:  # fmt: skip
+    """The configured precision against the other one, each a (dry run, WorkFlops): peak bytes,
+    and per card the update's time with the other over its time as configured (each
+    precision's FLOPs at that precision's dense peak; a card lacking one gives None)."""
+    from tunepilot.sizing.timing import WorkBytes, computed_seconds
+
+    none = WorkBytes(0, 0, 0)
+
+    def update_seconds(card: GpuCard, flops: Any) -> float | None:
+        found = computed_seconds(card, catalog, flops, none)
+        return found.update if found is not None else None
+
+    speed = {}
+    for c in catalog.cards:
+        mine_s, theirs_s = update_seconds(c, configured[1]), update_seconds(c, alt[1])
+        speed[c.name] = mine_s / theirs_s if mine_s and theirs_s else None
+    mine, theirs = configured[0].peak().peak, alt[0].peak().peak
     return {
         "configured": precision, "other": other, "peak_bytes": {precision: mine, other: theirs},
         "peak_speedup": speed,
+        "flops_shares": {precision: configured[1].shares(), other: alt[1].shares()},
         "sentence": (
-            f"training.precision {precision}: peak {human_bytes(mine)}; {other}: "
-            f"{human_bytes(theirs)} (dry runs of both); the time effect is each card's dense "
-            f"{other} peak over its {precision} peak (e.g. "
-            + ", ".join(f"{k} x{v:.1f}" for k, v in list(speed.items())[:3] if v) + ", S3)"
+            f"training.precision {precision}: peak {human_bytes(mine)}, FLOPs "
+            f"{configured[1].shares()}; {other}: peak {human_bytes(theirs)}, FLOPs "
+            f"{alt[1].shares()} (dry runs of both, autocast's casts replayed); time per update "
+            f"with {other} relative to {precision}, each precision's FLOPs at its dense peak: "
+            + ", ".join(f"{k} x{1 / v:.2f}" for k, v in list(speed.items())[:3] if v) + " (S3)"
         ),
     }  # fmt: skip
-
-
-def smallest_fit(sheet: dict[str, Any]) -> dict[str, Any] | None:
-    """The row of the single-machine card with the least memory that fits the configured step
-    with headroom: the cheapest class of card that does the job (prices are the user's)."""
-    fitting = [r for r in sheet["rows"] if r["configured"]["verdict"] == "PASS"]
-    return min(fitting, key=lambda r: (r["gpus"], r["memory_bytes"]), default=None)
-
-
-def recommendation(
-    sheet: dict[str, Any], stack_backends: set[str]
-) -> tuple[dict[str, Any] | None, str]:
-    """(row, sentence): the smallest card that fits, recommended only where a pilot's stack
-    gates passed on that card's backend (L2, B1)."""
-    row = smallest_fit(sheet)
-    if row is None:
-        return None, (
-            "no card of the catalog fits the configured step with headroom: see the largest "
-            "microbatch and base dtype columns"
-        )
-    if row["backend"] not in stack_backends:
-        checked = (
-            f"the pilot's stack gates passed on {', '.join(sorted(stack_backends))}, not on "
-            f"{row['backend']}" if stack_backends
-            else f"no pilot has passed the stack gates on {row['backend']}"
-        )  # fmt: skip
-        return None, (
-            f"the {row['card']} is the smallest card that fits, but not recommended yet: "
-            f"{checked}; run `tunepilot pilot` on the {row['card']} first (L2, B1)"
-        )
-    return row, f"the {row['card']}: it fits with {row['configured']['headroom']:.0%} headroom"

@@ -25,7 +25,7 @@ def phases_table(phases: list[dict[str, Any]]) -> list[str]:
         inputs = ", ".join(f"{k} {v}" for k, v in (p.get("inputs") or {}).items())
         cells = " | ".join(human_bytes(p.get(k)) for k in SPLIT)
         lines.append(f"| {p['phase']} | {cells} | {float(p.get('flops') or 0):.3g} | {inputs} |")
-    notes = [n for p in phases for n in p.get("notes") or []]
+    notes = [f"{p['phase']}: {n}" for p in phases for n in p.get("notes") or []]
     return lines + ([""] + [f"- {n}" for n in dict.fromkeys(notes)] if notes else [])
 
 
@@ -72,7 +72,11 @@ def sheet_markdown(sheet: dict[str, Any], recommendation: str) -> str:
         f"(accumulation {c['accumulation']}), base dtype {c['base_dtype']}, training.precision "
         f"{c['precision']}, activation checkpointing {ckpt}.",
         "",
+        "Each row splits the phase's peak at its peak moment: gradients appear as far as "
+        "backward has made them by then, optimizer state once the first step has allocated it.",
+        "",
         *phases_table(sheet["phases"]),
+        *[f"- {n}" for n in sheet.get("notes", [])[1:]],
         "",
         f"**Recommendation (L2):** {recommendation}.",
         "",

@@ -30,19 +30,50 @@ spent more than half its wall time waiting for a core: other work was running.""
 
 @dataclass(frozen=True)
 class WorkFlops:
-    """What the campaign computes, counted on the dry run of its exact step."""
+    """What the campaign computes, counted on the dry run of its exact step, split by the
+    precision each operator computed in (a bf16 base runs its matmuls in bf16 even with
+    training.precision fp32; fp32 LoRA weights run theirs in fp32; autocast moves both)."""
 
     per_update: float  # forward + backward of every microbatch of one update, optimizer step
     per_eval_pass: float  # one full validation pass (every batch at the longest length)
-    precision: str  # the precision the matmuls run in: training.precision
+    precision: str  # the precision most of the update's FLOPs run in
+    update_by: dict[str, float] = field(default_factory=dict)  # per_update per precision
+    eval_by: dict[str, float] = field(default_factory=dict)  # per_eval_pass per precision
+
+    def split(self, part: str = "update") -> dict[str, float]:
+        """FLOPs per precision of one update (or one validation pass)."""
+        total, by = ((self.per_update, self.update_by) if part == "update"
+                     else (self.per_eval_pass, self.eval_by))  # fmt: skip
+        return {k: v for k, v in by.items() if v} if by else {self.precision: total}
+
+    def shares(self) -> str:
+        """The update's FLOPs by precision, largest first: "99.9% bf16, 0.1% fp32"."""
+        split = self.split()
+        total = sum(split.values()) or 1.0
+        ordered = sorted(split.items(), key=lambda kv: -kv[1])
+        return ", ".join(f"{v / total:.1%} {k}" for k, v in ordered)
+
+
+def work_flops(update_by: dict[str, float], eval_by: dict[str, float]) -> WorkFlops:
+    """WorkFlops from the FLOPs per precision of one update and one validation pass."""
+    update_by = {k: float(v) for k, v in update_by.items() if v}
+    eval_by = {k: float(v) for k, v in eval_by.items() if v}
+    main = max(update_by, key=lambda k: update_by[k]) if update_by else "fp32"
+    return WorkFlops(sum(update_by.values()), sum(eval_by.values()), main, update_by, eval_by)
 
 
 class WorkBytes(NamedTuple):
-    """What the I/O phases move: a checkpoint, the base weights a new process loads, the export."""
+    """What the I/O phases move: a checkpoint, the base weights a new process loads, the export;
+    and what the GPU must at least read from its memory per update and per validation pass
+    (every weight once per forward, backward and recompute of each microbatch, and once per
+    generated token), which floors the time where the matmuls are too small to be bound by
+    FLOPs (a microbatch of a few hundred tokens; every decoding step)."""
 
     checkpoint: int
     base_weights: int
     export: int
+    update_reads: int = 0
+    eval_reads: int = 0
 
 
 @dataclass(frozen=True)
@@ -89,25 +120,41 @@ def noise_of(measurements: dict[str, Any]) -> str | None:
 def computed_seconds(
     card: GpuCard, catalog: Catalog, flops: WorkFlops, io: WorkBytes, *, note: str = ""
 ) -> PhaseSeconds | None:
-    """Seconds from FLOPs and bytes on `card`; None when the card lacks the precision."""
-    peak = card.peak_flops(flops.precision)
-    if peak is None:
+    """Seconds from FLOPs and bytes on `card`; None when the card lacks a precision the step
+    computes in. Each precision's FLOPs run at that precision's dense peak x the MFU."""
+    precisions = {*flops.split("update"), *flops.split("eval")}
+    peaks = {p: card.peak_flops(p) for p in sorted(precisions, key=_by_size(flops))}
+    if any(v is None for v in peaks.values()):
         return None
     mfu, disk = catalog.mfu(card), catalog.assumed_disk_gb_s * 1e9
-    rate = peak * mfu
-    update, eval_pass = flops.per_update / rate, flops.per_eval_pass / rate
+
+    def seconds(split: dict[str, float]) -> float:
+        return sum(n / (peaks[p] * mfu) for p, n in split.items())  # type: ignore[operator]
+
+    bandwidth = card.bandwidth_gb_s * 1e9
+    compute = seconds(flops.split("update")), seconds(flops.split("eval"))
+    reads = io.update_reads / bandwidth, io.eval_reads / bandwidth
+    update, eval_pass = max(compute[0], reads[0]), max(compute[1], reads[1])
+    bound = [w for w, c, r in zip(("the update", "the validation pass"), compute, reads,
+                                  strict=True) if r > c]  # fmt: skip
     checkpoint = io.checkpoint / disk
     resume = (io.base_weights + io.checkpoint) / disk + update
     export = (io.export + io.base_weights + io.export) / disk
+    said = ", ".join(f"{v / 1e12:g} TFLOPS {p}" for p, v in peaks.items() if v)
     basis = (
-        f"computed, not measured: {flops.per_update:.3g} FLOPs per update / ("
-        f"{peak / 1e12:g} TFLOPS {flops.precision} peak of the {card.name} x {mfu:.0%} MFU, an "
-        f"ASSUMPTION until a pilot on the {card.name} measures the step); checkpoint "
-        f"({human_bytes(io.checkpoint)}), resume and export from bytes at an ASSUMED "
-        f"{catalog.assumed_disk_gb_s:g} GB/s disk"
-    ) + (f"; {note}" if note else "")
+        f"computed, not measured: {flops.per_update:.3g} FLOPs per update ({flops.shares()}) / "
+        f"(the {card.name}'s dense peak, {said}, x {mfu:.0%} MFU, an ASSUMPTION until a pilot "
+        f"on the {card.name} measures the step); checkpoint ({human_bytes(io.checkpoint)}), "
+        f"resume and export from bytes at an ASSUMED {catalog.assumed_disk_gb_s:g} GB/s disk"
+    )
+    if io.update_reads or io.eval_reads:
+        which = " and ".join(bound) + (" is" if len(bound) == 1 else " are") if bound else "none is"
+        basis += (f"; never faster than reading the weights at the {card.name}'s "
+                  f"{card.bandwidth_gb_s:g} GB/s (each microbatch's forward and backward, each "
+                  f"generated token): {which} memory-bound here")  # fmt: skip
+    basis += f"; {note}" if note else ""
     assumptions = [
-        f"MFU {mfu:.0%} of the {card.name}'s dense {flops.precision} peak ({card.source})",
+        f"MFU {mfu:.0%} of the {card.name}'s dense peak ({card.source})",
         f"disk {catalog.assumed_disk_gb_s:g} GB/s for checkpoints, resume and export",
     ]
     return PhaseSeconds(card.name, update, eval_pass, checkpoint, resume, export, False, basis,
@@ -158,5 +205,13 @@ def seconds_on(
         return None, "no hours: the dry run counted no FLOPs for the step"
     found = computed_seconds(card, catalog, flops, io, note=note)
     if found is None:
-        return None, f"no hours: the {card.name} has no {flops.precision} (see its datasheet)"
+        lacking = [p for p in flops.split() if card.peak_flops(p) is None] or [flops.precision]
+        return None, (f"no hours: the {card.name} has no {', '.join(lacking)} (see its "
+                      "datasheet), which the step computes in")  # fmt: skip
     return found, found.basis
+
+
+def _by_size(flops: WorkFlops) -> Any:
+    """Sort key: the precision with the most FLOPs of an update first."""
+    split = flops.split()
+    return lambda p: -split.get(p, 0.0)

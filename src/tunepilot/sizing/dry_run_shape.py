@@ -1,0 +1,228 @@
+"""What a dry run sizes: the campaign's step shape, resolved once (`Shape`).
+
+The microbatch, the sequence lengths (the data's longest examples when the architecture comes
+with a tokenizer, else data.max_length), the base dtype, activation checkpointing, attention
+as the target backend runs it, the training precision, and the device sized. Every choice is
+noted in a sentence, and a length beyond the model's position table is bad input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tunepilot.errors import input_error
+from tunepilot.sizing.dry_run_config import ArchitectureConfig
+
+if TYPE_CHECKING:
+    from tunepilot.data.workspace import Workspace
+
+_ATTENTION_OF = {None: "sdpa", "sdpa": "sdpa", "eager": "eager"}
+
+
+@dataclass
+class Shape:
+    """Everything a measurement depends on, resolved from the campaign and the overrides."""
+
+    settings: Any  # ModelSettings with base_dtype resolved
+    training: Any  # TrainingSettings
+    kind: str  # "classification" | "causal_lm" | "image_classification"
+    generates: bool  # evaluation generates text (extraction, format)
+    label_names: list[str] | None
+    microbatch: int
+    length: int
+    eval_batch: int
+    eval_length: int
+    base_dtype: str
+    activation_checkpointing: bool
+    attention: str
+    device: str
+    notes: list[str] = field(default_factory=list)
+    image: tuple[int, int, int] | None = None  # (channels, height, width) of an image input
+
+    @classmethod
+    def from_campaign(
+        cls, ws: Workspace, arch: ArchitectureConfig, *, microbatch: int | None,
+        max_length: int | None, activation_checkpointing: bool | None,
+        base_dtype: str | None, attention: str | None, device: str,
+    ) -> Shape:  # fmt: skip
+        from tunepilot.model.base_dtype import BASE_DTYPES
+        from tunepilot.sizing.dry_run_attention import ATTENTION_KINDS, SENTENCES
+
+        c = ws.campaign
+        t, m = c.training, c.model
+        notes: list[str] = []
+        dtype = base_dtype or m.base_dtype
+        if dtype is None:
+            dtype = "bf16" if device == "cuda" else "fp32"
+            notes.append(f"model.base_dtype unset: sized as {dtype}, its default on {device}")
+        if dtype not in BASE_DTYPES:
+            raise input_error("base_dtype", f"`{dtype}` is not a base dtype",
+                              f"use one of {', '.join(BASE_DTYPES)}")  # fmt: skip
+        impl = m.attn_implementation
+        attention = attention or (
+            "flash" if impl and impl.startswith("flash") else _ATTENTION_OF.get(impl, "sdpa")
+        )
+        if attention not in ATTENTION_KINDS:
+            raise input_error("attention", f"`{attention}` is not an attention kind",
+                              f"use one of {', '.join(ATTENTION_KINDS)}")  # fmt: skip
+        if device == "cpu" and attention == "flash":
+            attention = "sdpa"
+        task = c.hypothesis.task
+        classifies = task in ("classification", "image_classification")
+        kind = task if classifies else "causal_lm"
+        if attention == "sdpa" and impl in (None, "sdpa") and not _has_sdpa(arch, kind):
+            attention = _no_sdpa(arch, kind, impl, notes)
+        on_cpu = " (CPU's fused SDPA kernel; with attention dropout CPU runs the math path, "
+        on_cpu += "L x L matrices included)"
+        notes.append(SENTENCES[attention] + (on_cpu if device == "cpu" and attention == "sdpa"
+                                             else ""))  # fmt: skip
+        labels = c.data.labels
+        if classifies and not labels:
+            labels = ws.prepare(write=False, seal=False).label_names
+        image = None
+        if task == "image_classification":
+            from tunepilot.sizing.dry_run_images import image_input
+
+            image, said = image_input(ws, arch, list(labels or []))
+            notes.append(said)
+        length, eval_length = max_length or c.data.max_length, max_length or c.data.max_length
+        if not image:
+            _within_positions(arch, length, "max_length" if max_length else "data.max_length")
+        longest = None if max_length or image else data_lengths(ws, arch)
+        if image:
+            length = eval_length = 0  # the picture's size is fixed by the processor
+        elif longest:
+            length, eval_length = longest
+            notes.append(
+                f"steps sized at {length} tokens, evaluation at {eval_length}: the longest "
+                "training and validation examples encoded with the campaign's tokenizer "
+                f"(capped at data.max_length={c.data.max_length})"
+            )
+        else:
+            why = "asked for" if max_length else (
+                "data.max_length, the longest a microbatch can be after truncation; no "
+                "tokenizer here to measure the data's own lengths"
+            )  # fmt: skip
+            notes.append(f"sequences sized at {length} tokens ({why}); evaluation the same")
+        if c.training.precision != "fp32":
+            notes.append(
+                f"training.precision={c.training.precision}: the forward sized with the casts "
+                f"torch.autocast makes on {device} (its operator lists, replayed on meta "
+                "tensors); evaluation without autocast, as evaluate runs it"
+            )
+        return cls(
+            settings=m.model_copy(update={"base_dtype": dtype}),
+            training=t,
+            kind=kind,
+            generates=not classifies,
+            label_names=list(labels) if labels else None,
+            microbatch=microbatch or t.microbatch,
+            length=length,
+            eval_batch=t.eval_batch_size,
+            eval_length=eval_length,
+            base_dtype=dtype,
+            activation_checkpointing=(
+                t.activation_checkpointing
+                if activation_checkpointing is None
+                else activation_checkpointing
+            ),
+            attention=attention,
+            device=device,
+            notes=notes,
+            image=image,
+        )
+
+    def inputs(self, batch: int, length: int) -> dict[str, Any]:
+        out = {
+            "microbatch": batch, "length": length, "base_dtype": self.base_dtype,
+            "precision": self.training.precision,
+            "activation_checkpointing": self.activation_checkpointing,
+            "attention": self.attention, "device": self.device,
+        }  # fmt: skip
+        if self.image:  # a picture's size is the processor's, never a token count
+            del out["length"]
+            out["image"] = "x".join(map(str, self.image))
+        return out
+
+
+def data_lengths(ws: Workspace, arch: ArchitectureConfig) -> tuple[int, int] | None:
+    """(longest training, longest validation) example in tokens with the campaign's own
+    tokenizer, capped at data.max_length; None when the architecture comes without one."""
+    if arch.tokenizer_dir is None:
+        return None
+    from tunepilot.model.base import ModelSource
+    from tunepilot.model.processors import load_tokenizer
+    from tunepilot.tasks import make_encoder
+
+    source = ModelSource(arch.tokenizer_dir, str(arch.tokenizer_dir), None, None, {}, "local")
+    tokenizer = load_tokenizer(source, ws.campaign.model.trust_remote_code)
+    prepared = ws.prepare(write=False, seal=False)
+    encoder = make_encoder(ws.campaign, tokenizer, prepared.label_names, ws.root)
+
+    def longest(split: str) -> int:
+        return max((len(encoder.encode(e).input_ids) for e in prepared.splits.get(split, [])),
+                   default=0)  # fmt: skip
+
+    train, validation = longest("train"), longest("validation")
+    if not train:
+        return None
+    return train, validation or train
+
+
+def _within_positions(arch: ArchitectureConfig, length: int, key: str) -> None:
+    """A length beyond the model's position table is bad input, as `validate` says for a
+    local model folder (S6): learned positions crash, rotary ones run where the model was
+    never trained. A config with rope_scaling states its own range: the audit warns there."""
+    from tunepilot.campaign.checks import position_limit
+
+    found = position_limit(arch.config)
+    if found is None or arch.config.get("rope_scaling") or length <= found[1]:
+        return
+    raise input_error(
+        key,
+        f"{length} tokens is beyond the model's {found[0]} {found[1]} ({arch.path}): a longer "
+        "input crashes the run (learned positions) or runs where the model was never trained "
+        "(rotary)",
+        f"set {key} to at most {found[1]}",
+        title="sequence longer than the model",
+    )
+
+
+def _model_class(arch: ArchitectureConfig, kind: str) -> Any:
+    """The transformers class a run builds for this config and task, or None if none."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    from tunepilot.model.build import AUTO_CLASSES
+
+    auto = getattr(transformers, AUTO_CLASSES[kind])
+    try:
+        return auto._model_mapping[CONFIG_MAPPING[str(arch.config["model_type"])]]
+    except KeyError:
+        return None  # building reports an architecture without this task as bad input
+
+
+def _has_sdpa(arch: ArchitectureConfig, kind: str) -> bool:
+    return bool(getattr(_model_class(arch, kind), "_supports_sdpa", True))
+
+
+def _no_sdpa(arch: ArchitectureConfig, kind: str, impl: str | None, notes: list[str]) -> str:
+    """A model without SDPA attention (Gemma 2: its logit soft-cap): transformers runs it
+    eager when model.attn_implementation is unset, and refuses an explicit sdpa."""
+    import transformers
+
+    name = getattr(_model_class(arch, kind), "__name__", arch.architecture)
+    if impl == "sdpa":
+        raise input_error(
+            "model.attn_implementation",
+            f"sdpa: {name} has no SDPA attention in transformers {transformers.__version__}",
+            "set model.attn_implementation to eager, or flash_attention_2 on a GPU with flash-attn",
+            title="attention not available",
+        )
+    notes.append(
+        f"{name} has no SDPA attention in transformers {transformers.__version__}: with "
+        "model.attn_implementation unset a run uses eager attention, sized so "
+        "(flash_attention_2 keeps no L x L matrix)"
+    )
+    return "eager"
