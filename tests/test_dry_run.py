@@ -54,6 +54,38 @@ def test_item1_bf16_base_keeps_lora_and_saved_modules_fp32_and_records_it(tiny_l
     assert {r.dtype for r in rows if not r.trainable} == {"bfloat16"}
 
 
+@pytest.mark.parametrize(
+    ("kind", "saved"), [("classification", ["pooler", "classifier"]), ("causal_lm", ["lm_head"])]
+)
+def test_item1_fp32_saved_modules_train_inside_a_bf16_base_without_autocast(
+    tiny_bert_dir, tiny_llama_dir, kind, saved
+) -> None:
+    """training.precision fp32 (the default) over a bf16 base: the fp32 head takes the base's
+    bf16 activations and hands its output back in bf16, so forward, loss and backward run and
+    the head's gradient arrives in fp32 (a run used to stop on 'mat1 and mat2 must have the
+    same dtype' at its first update)."""
+    from tunepilot.campaign import LoraSettings, ModelSettings
+    from tunepilot.model.base import resolve_source
+    from tunepilot.model.build import apply_method, load_model
+    from tunepilot.train.batching import summed_loss
+
+    folder = tiny_bert_dir if kind == "classification" else tiny_llama_dir
+    targets = ["query", "value"] if kind == "classification" else ["q_proj", "v_proj"]
+    settings = ModelSettings(name_or_path=str(folder), base_dtype="bf16",
+                             lora=LoraSettings(target_modules=targets,
+                                               modules_to_save=saved))  # fmt: skip
+    loaded = load_model(resolve_source(settings), kind, settings, label_names=["a", "b", "c"])
+    model = apply_method(loaded, settings)
+    assert any("take their inputs in fp32" in n for n in loaded.notes), loaded.notes
+    ids = torch.randint(3, 60, (2, 12))
+    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+    labels = torch.tensor([0, 2]) if kind == "classification" else ids
+    summed_loss(logits, labels, kind).backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+    assert grads and all(g is not None and g.dtype == torch.float32 for g in grads.values())
+    assert all(torch.isfinite(g).all() for g in grads.values())
+
+
 def test_item1_unset_base_dtype_resolves_to_fp32_on_cpu(tiny_llama_dir) -> None:
     from tunepilot.campaign import ModelSettings
     from tunepilot.model.base import resolve_source

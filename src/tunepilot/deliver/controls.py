@@ -60,6 +60,7 @@ def compute_controls(
         model.train(was_training)
     kind = "image_classification" if images else encoder.kind
     out: dict[str, Any] = {"kind": kind, "device": device.type, "inputs": inputs}
+    out |= logit_tolerance(model, inputs)
     if encoder.kind == "classification":
         out["labels"] = list(encoder.label_names)
         out["model_inputs"] = "input_ids and attention_mask (token_type_ids left to the model)"
@@ -67,6 +68,27 @@ def compute_controls(
         out["model_inputs"] = f"pixel_values from the bundle's image processor; {IMAGES_FILE}"
         out["tensors"] = tensors  # written beside control.json by the export
     return out
+
+
+def logit_tolerance(model: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The logit tolerance of the replay. An fp32 model replays to 1e-5. A frozen base in
+    bf16 or fp16 computes in that precision once reloaded by plain transformers + peft (a head
+    trained in fp32 is loaded into a copy of the base's module, in the base's dtype), so two
+    of its ulps at the largest logit: the labels must still be identical."""
+    import torch
+
+    from tunepilot.deliver.bundle_check import LOGIT_TOLERANCE
+
+    frozen = {p.dtype for p in model.parameters() if not p.requires_grad and p.is_floating_point()}
+    low = next((d for d in (torch.bfloat16, torch.float16) if d in frozen), None)
+    if low is None:
+        return {}
+    largest = max((abs(x) for c in inputs for x in c.get("logits") or []), default=1.0)
+    ulp = torch.finfo(low).eps * max(1.0, largest)
+    name = str(low).removeprefix("torch.")
+    return {"logit_tolerance": max(LOGIT_TOLERANCE, 2 * ulp),
+            "logit_tolerance_reason": f"two {name} ulps at the largest logit ({largest:.3g}): "
+            f"the base computes in {name}"}  # fmt: skip
 
 
 def _image_control(

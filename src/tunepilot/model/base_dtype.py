@@ -102,6 +102,69 @@ def keep_trainable_fp32(model: Any) -> list[str]:
             f"(e.g. {moved[0]})"]  # fmt: skip
 
 
+def bridge_trained_modules(model: Any) -> list[str]:
+    """Let fp32 trained modules sit inside a lower-precision frozen base.
+
+    A classification head kept by modules_to_save over a bf16 base gets bf16 activations; with
+    autocast off (training.precision fp32, and every evaluation) its fp32 Linear stops on "mat1
+    and mat2 must have the same dtype". Each outermost trained module that is not one of peft's
+    LoRA layers (peft bridges those itself) casts its floating inputs up to its own dtype and
+    its output back to the dtype the inputs came in (the base's when none is floating, as for
+    an embedding), the rule peft applies to LoRA. Returns notes; nothing when the base is fp32.
+    """
+    import torch
+
+    frozen = {p.dtype for p in model.parameters() if not p.requires_grad and p.is_floating_point()}
+    low = [d for d in (torch.bfloat16, torch.float16) if d in frozen]
+    if not low:
+        return []
+    base = low[0]
+
+    def all_trained_fp32(module: Any) -> bool:
+        params = list(module.parameters())
+        return bool(params) and all(p.requires_grad and p.dtype == torch.float32 for p in params)
+
+    containers = (torch.nn.ModuleDict, torch.nn.ModuleList)  # never called: their members are
+    roots: list[str] = []
+    for name, module in model.named_modules():
+        if "lora_" in name or isinstance(module, containers) or not all_trained_fp32(module):
+            continue
+        if any(name.startswith(f"{r}.") for r in roots):
+            continue  # inside a bridged module: it runs in fp32 throughout
+        _bridge(module, base)
+        roots.append(name)
+    if not roots:
+        return []
+    return [f"{len(roots)} trained fp32 module(s) over the {str(base).removeprefix('torch.')} "
+            f"base take their inputs in fp32 and hand back the base's precision (e.g. "
+            f"{roots[0]})"]  # fmt: skip
+
+
+def _bridge(module: Any, base: Any) -> None:
+    import torch
+
+    def cast(value: Any, dtype: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to(dtype) if value.is_floating_point() else value
+        if isinstance(value, tuple | list):
+            return type(value)(cast(v, dtype) for v in value)
+        return value
+
+    def incoming(args: tuple, kwargs: dict) -> Any:
+        tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+        return next((t.dtype for t in tensors if t.is_floating_point()), base)
+
+    def before(_: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        module._tunepilot_dtype_in = incoming(args, kwargs)
+        return cast(args, torch.float32), {k: cast(v, torch.float32) for k, v in kwargs.items()}
+
+    def after(_: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+        return cast(output, module._tunepilot_dtype_in)
+
+    module.register_forward_pre_hook(before, with_kwargs=True)
+    module.register_forward_hook(after, with_kwargs=True)
+
+
 def _default_device_type() -> str:
     import torch
 

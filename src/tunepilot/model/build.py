@@ -288,7 +288,7 @@ def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
     Over an nf4/int8 base, peft's `prepare_model_for_kbit_training` runs first, as peft
     documents for QLoRA; trained weights end in fp32 whatever `model.base_dtype` is.
     """
-    from tunepilot.model.base_dtype import keep_trainable_fp32
+    from tunepilot.model.base_dtype import bridge_trained_modules, keep_trainable_fp32
 
     model = loaded.model
     if getattr(model, "is_quantized", False):
@@ -326,6 +326,7 @@ def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
     if head_check.verdict is Verdict.FAIL:
         raise SetupFailure(head_check, "model.lora.modules_to_save")
     loaded.notes += keep_trainable_fp32(model)
+    loaded.notes += bridge_trained_modules(model)
     return model
 
 
