@@ -134,8 +134,9 @@ def test_10_a_refused_resume_leaves_the_run_resumable_once_the_cause_is_removed(
     planted = [folder / "evil.pkl" for folder in step_folders(ws.runs_dir / run_id)]
     for path in planted:
         path.write_bytes(b"\x80\x04K\x01.")  # a pickle: refused unopened (R4)
-    with pytest.raises(InputError, match="no checkpoint that verifies"):
+    with pytest.raises(InputError, match="no checkpoint that verifies") as caught:
         run_flow.resume(ws, run_id, None, as_json=True)
+    assert "restore or remove what each refusal names" in caught.value.problems[0].fix
     with Ledger.open(ws.ledger_path) as ledger:
         row = ledger.get_run(run_id)
     assert row.status == "interrupted" and "tunepilot resume" in row.reason
@@ -164,6 +165,30 @@ def test_10_a_corrupt_latest_checkpoint_falls_back_loudly_to_the_newest_that_ver
         assert losses(ledger, run_id) == reference
         notes = [n.text for n in ledger.notes() if n.run_id == run_id]
     assert notes and "step-000004 refused" in notes[0]
+
+
+def test_issue11_10_a_refused_newer_checkpoint_is_set_aside_and_never_costs_the_good_one(
+    campaign: Path, reference: list[float]
+) -> None:
+    """After falling back past a corrupt checkpoint, keep-last rotation must not count it: it
+    kept the broken step-4 and deleted the step-2 the run resumed from, leaving nothing that
+    verifies once the newest save is damaged too."""
+    from tunepilot.train.manifest import verify_checkpoint
+
+    ws = Workspace.open(campaign)
+    run_id = paused_run(ws, 4, "training.checkpoint_every=2")
+    broken = step_folders(ws.runs_dir / run_id)[0] / ADAPTER
+    broken.write_bytes(broken.read_bytes()[:-8] + b"\0" * 8)  # a flipped tail: sha256 differs
+    resumed = Workspace.open(campaign, ["training.checkpoint_every=3"])
+    assert run_flow.resume(resumed, run_id, 5, as_json=True) == 0  # saves step-3, then step-5
+    root = ws.runs_dir / run_id / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == [
+        "refused-step-000004", "step-000003", "step-000005"]  # fmt: skip
+    for folder in step_folders(ws.runs_dir / run_id):
+        verify_checkpoint(folder)  # every step folder left is one a resume can use
+    assert run_flow.resume(Workspace.open(campaign), run_id, None, as_json=True) == 0
+    with Ledger.open(ws.ledger_path) as ledger:
+        assert losses(ledger, run_id) == reference
 
 
 def test_10_resume_from_an_explicit_step_continues_the_identical_curve(
