@@ -201,6 +201,24 @@ def test_8_validate_refuses_a_max_length_beyond_a_local_models_positions(tiny_be
     assert problems[0].fix == "set it to at most 512"
 
 
+def test_issue11_8_a_max_length_beyond_the_positions_is_named_once_not_per_variant(
+    tiny_bert_dir, tmp_path
+):
+    """The campaign's own max_length (or a command-line one) is one problem: the variants that
+    inherit it, and the control that has no overrides, are not reported again."""
+    _write_rows(tmp_path / "d.jsonl", 10)
+    campaign = validate_mapping({
+        "name": "x", "hypothesis": {"behaviour": "b", "task": "classification"},
+        "model": {"name_or_path": str(tiny_bert_dir)},
+        "data": {"file": "d.jsonl", "fields": {"label": "label"}, "max_length": 4096},
+        "variants": {"lr": {"explain": "lr", "overrides": {"training.lr": 5e-5}},
+                     "long": {"explain": "x", "overrides": {"data.max_length": 8192}}},
+    })  # fmt: skip
+    problems = check_campaign(campaign, tmp_path)
+    assert [p.where for p in problems] == ["data.max_length",
+                                           "variants.long.overrides data.max_length"]
+
+
 def _files_campaign(tmp_path: Path, files: dict[str, str], cleaning=None) -> object:
     data = {"files": files, "fields": {"label": "label"}}
     if cleaning is not None:
