@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tunepilot.errors import input_error
+from tunepilot.errors import input_error, write_text_atomic
 from tunepilot.verdict import Finding, Verdict
 
 CHECK_MODULE = "tunepilot.deliver.bundle_check"
@@ -152,11 +152,8 @@ def verification_path(bundle_dir: Path) -> Path:
 def record_verification(bundle_dir: Path, payload: dict[str, Any]) -> None:
     import datetime
 
-    path = verification_path(bundle_dir)
-    tmp = path.with_suffix(".tmp")
     stamped = {**payload, "at": datetime.datetime.now(datetime.UTC).isoformat()}
-    tmp.write_text(json.dumps(stamped, indent=2, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(verification_path(bundle_dir), json.dumps(stamped, indent=2, default=str))
 
 
 def verify_command(
