@@ -318,6 +318,26 @@ def test_18_a_rewritten_manifest_with_an_edited_weight_passes_the_manifest_but_f
     assert finding.verdict is Verdict.FAIL and pin in finding.sentence
 
 
+def test_issue11_12_a_bundle_that_cannot_take_its_verification_record_is_still_verified(
+    campaign: Path, reference: list[float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """verify writes its result beside the bundle for the dossier; a bundle on a read-only
+    medium or a full disk still gets its verdict, with a warning that it was not recorded."""
+    import json
+
+    from tunepilot.deliver.export import export_run
+    from tunepilot.deliver.verify import verification_path, verify_command
+
+    bundle = export_run(Workspace.open(campaign), "control-s0-1", tmp_path / "b")
+    capsys.readouterr()
+    with file_size_limit(300):  # the record is larger; the reload reads only
+        assert verify_command(bundle, as_json=True) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["verdict"] == "PASS"
+    assert "not recorded" in out.err and "verification.json" in out.err
+    assert not verification_path(bundle).exists()
+
+
 def test_17_a_ledger_written_at_schema_1_opens_at_schema_2_with_its_rows(tmp_path: Path) -> None:
     from tunepilot.ledger.schema import MIGRATIONS, SCHEMA_VERSION_DDL
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -206,7 +206,8 @@ def write_text_atomic(path: str | Path, text: str) -> None:
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with suppress(OSError):  # a read-only folder refuses even the unlink of nothing
+            tmp.unlink(missing_ok=True)
         raise
 
 

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tunepilot.errors import input_error, write_text_atomic
+from tunepilot.errors import InputError, input_error, write_text_atomic
 from tunepilot.verdict import Finding, Verdict
 
 CHECK_MODULE = "tunepilot.deliver.bundle_check"
@@ -175,7 +175,14 @@ def verify_command(
         "findings": [f.to_json() for f in findings],
     }
     # Beside the bundle, never inside it: the bundle's manifest lists exactly what it holds.
-    record_verification(Path(bundle_dir), payload)
+    # A bundle on a read-only medium is still verified: only the record is skipped, said so.
+    try:
+        record_verification(Path(bundle_dir), payload)
+    except InputError as err:
+        from tunepilot.console import error_console
+
+        error_console.print(f"[yellow]warning:[/] the result is not recorded for the dossier: "
+                            f"{err.problems[0]}", highlight=False, soft_wrap=True)  # fmt: skip
     if as_json:
         print_json(payload)
     else:
