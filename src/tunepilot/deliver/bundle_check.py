@@ -208,9 +208,24 @@ def check_base(base: dict[str, Any], folder: Path, how: str) -> list[dict[str, A
     return [finding("base model", PASS, "P4", sentence)]
 
 
+class Unreadable(Exception):
+    """A bundle file that matches MANIFEST.json but whose content cannot be read: a manifest
+    rewritten to match a damaged file. A FAIL naming the file, never a traceback."""
+
+
+def read_json(bundle: Path, name: str) -> dict[str, Any]:
+    try:
+        value = json.loads((bundle / name).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise Unreadable(f"{name}: {type(exc).__name__}: {str(exc)[:200]}") from None
+    if not isinstance(value, dict):
+        raise Unreadable(f"{name}: a JSON {type(value).__name__}, not an object")
+    return value
+
+
 def check_adapter_tie(bundle: Path, base: dict[str, Any]) -> dict[str, Any]:
     """adapter_config.json names the base and revision that base.json records (P4)."""
-    config = json.loads((bundle / "adapter_config.json").read_text(encoding="utf-8"))
+    config = read_json(bundle, "adapter_config.json")
     name, rev = base.get("name"), base.get("resolved_commit") or base.get("revision")
     got = (config.get("base_model_name_or_path"), config.get("revision"))
     if got != (name, rev):
@@ -345,8 +360,20 @@ def check_bundle(bundle: Path, base_override: Path | None = None) -> list[dict[s
     findings = check_files(bundle)
     if any(f["verdict"] == FAIL for f in findings):
         return findings  # nothing unverified is ever deserialised (R4)
-    spec = json.loads((bundle / "bundle.json").read_text(encoding="utf-8"))
-    base = json.loads((bundle / "base.json").read_text(encoding="utf-8"))
+    try:
+        return [*findings, *_check_content(bundle, base_override)]
+    except (Unreadable, KeyError, TypeError) as exc:
+        what = str(exc) if isinstance(exc, Unreadable) else f"{type(exc).__name__}: {exc}"
+        return [*findings, finding("bundle content", FAIL, "R2", f"a file of the bundle matches "
+                                   f"MANIFEST.json but cannot be read ({what}); re-export the "
+                                   "run", what.split(":")[0])]  # fmt: skip
+
+
+def _check_content(bundle: Path, base_override: Path | None) -> list[dict[str, Any]]:
+    """What check_bundle runs once every file matches the manifest."""
+    findings: list[dict[str, Any]] = []
+    spec = read_json(bundle, "bundle.json")
+    base = read_json(bundle, "base.json")
     base_folder = None
     if spec["weights"] == "full":
         findings.append(finding("base model", PASS, "P4", "full model: it loads without the "
@@ -371,11 +398,14 @@ def check_bundle(bundle: Path, base_override: Path | None = None) -> list[dict[s
         return [*findings, finding("reload", FAIL, "R2", sentence)]
     findings.append(finding("reload", PASS, "R2", f"loaded {type(model).__name__} with plain "
                             "transformers + peft (safetensors only, no remote code)"))  # fmt: skip
-    controls = json.loads((bundle / "control.json").read_text(encoding="utf-8"))
+    controls = read_json(bundle, "control.json")
     if (bundle / IMAGES_FILE).is_file():  # checked against the manifest above (R4)
         from safetensors.torch import load_file
 
-        tensors = load_file(str(bundle / IMAGES_FILE))
+        try:
+            tensors = load_file(str(bundle / IMAGES_FILE))
+        except Exception as exc:  # SafetensorError: a truncated file the manifest matches
+            raise Unreadable(f"{IMAGES_FILE}: {type(exc).__name__}: {str(exc)[:200]}") from None
         for c in controls["inputs"]:
             c["_image"] = tensors[f"{c['image_key']}.image"]
             c["_pixel_values"] = tensors[f"{c['image_key']}.pixel_values"]
