@@ -243,7 +243,8 @@ def test_issue11_13_a_damaged_file_its_manifest_matches_falls_back_to_the_older_
 
     fresh = lora_model(tiny_llama_dir)
     fresh_opt = torch.optim.AdamW([p for p in fresh.parameters() if p.requires_grad], lr=1e-2)
-    folder, state, refused = load_resumable(tmp_path, lambda f: load_checkpoint(f, fresh, fresh_opt))
+    load = lambda f: load_checkpoint(f, fresh, fresh_opt)  # noqa: E731
+    folder, state, refused = load_resumable(tmp_path, load)
     assert folder.name == "step-000002" and state["update"] == 2
     assert len(refused) == 1 and f"step-000004/{name}" in refused[0], refused
     assert all(torch.equal(v, trainable(fresh)[k]) for k, v in at_two.items())
