@@ -126,6 +126,26 @@ def test_1_an_old_ledger_with_absolute_paths_reads_runs_under_the_current_folder
     assert note is not None and "/elsewhere/X/runs/a-s0-1" in note and "moved or copied" in note
 
 
+def test_issue11_12_an_empty_or_missing_ledger_beside_recorded_runs_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A truncated tunepilot.db (or a copy that left it out) opened as a fresh ledger forgot
+    every run and handed `control-s0-1` out again; it is refused, saying how to restore it."""
+    run = tmp_path / "runs" / "control-s0-1"
+    run.mkdir(parents=True)
+    Ledger.open(tmp_path).close()  # a folder with a ledger and no run opens as ever
+    (run / "config.resolved.yaml").write_text("name: x\n")
+    for leftover in tmp_path.glob("tunepilot.db*"):
+        leftover.unlink()
+    with pytest.raises(InputError, match="ledger is missing") as caught:
+        Ledger.open(tmp_path)
+    assert "control-s0-1" in str(caught.value) and "restore tunepilot.db" in str(caught.value)
+    (tmp_path / "tunepilot.db").write_bytes(b"")
+    with pytest.raises(InputError, match="ledger is empty"):
+        Ledger.open(tmp_path)
+    assert (tmp_path / "tunepilot.db").stat().st_size == 0  # nothing written into it
+
+
 def test_10_a_refused_resume_leaves_the_run_resumable_once_the_cause_is_removed(
     campaign: Path, reference: list[float]
 ) -> None:
