@@ -38,7 +38,8 @@ class LoraSettings(Strict):
     r: int = Field(default=8, ge=1)
     alpha: int = Field(default=16, ge=1)
     dropout: float = Field(default=0.0, ge=0, lt=1)
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"],
+                                      min_length=1)  # fmt: skip
     modules_to_save: list[str] = Field(default_factory=list)
 
 
