@@ -150,6 +150,23 @@ def _outcome(func, args, kwargs, *, as_json: bool) -> int:
         return 3
 
 
+def usage_error_json(exc: Any) -> None:
+    """A click usage error under `--json`: the usual message on stderr, and on stdout the one
+    JSON document every `--json` answer is, with the option, what was wrong and the fix."""
+    from typer import rich_utils
+
+    from tunepilot.console import print_json
+
+    rich_utils.rich_format_error(exc)
+    param = getattr(exc, "param", None)
+    where = (getattr(exc, "param_hint", None) or (param and "/".join(param.opts))
+             or getattr(exc, "option_name", None) or "command line")  # fmt: skip
+    command = getattr(getattr(exc, "ctx", None), "command_path", "tunepilot")
+    print_json({"exit_code": exc.exit_code, "error": "usage",
+                "problems": [{"where": str(where), "found": exc.format_message(),
+                              "fix": f"see `{command} --help`"}]})  # fmt: skip
+
+
 def _written_path(exc: BaseException) -> Path:
     """The file a storage fault struck: what its sentence names and whose disk it measures.
 
