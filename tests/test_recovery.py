@@ -338,6 +338,17 @@ def test_18_a_rewritten_manifest_with_an_edited_weight_passes_the_manifest_but_f
     assert finding.verdict is Verdict.FAIL and pin in finding.sentence
 
 
+def test_issue11_18_a_pin_that_is_not_a_sha256_is_bad_input_before_any_check(
+    tmp_path: Path,
+) -> None:
+    """A cut-off or mistyped pin is exit 2 naming --expect, not a FAIL blaming the bundle."""
+    from tunepilot.deliver.verify import verify_command
+
+    with pytest.raises(InputError, match="not a sha256") as caught:
+        verify_command(tmp_path, as_json=True, expect="53429098e4")
+    assert caught.value.problems[0].where == "--expect"
+
+
 def test_issue11_12_a_bundle_that_cannot_take_its_verification_record_is_still_verified(
     campaign: Path, reference: list[float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

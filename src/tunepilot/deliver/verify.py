@@ -161,9 +161,15 @@ def verify_command(
 ) -> int:
     """Body of `tunepilot verify DIR [--base FOLDER] [--expect SHA] [--json]`; exit 1 on any
     FAIL. `expect` pins the bundle: the sha256 of MANIFEST.json printed at export."""
+    import re
+
     from tunepilot.console import print_findings, print_json
     from tunepilot.verdict import exit_code, worst
 
+    if expect is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", expect.strip()):
+        raise input_error("--expect", f"`{expect}` is not a sha256 (64 hex digits)",
+                          "paste the pin `tunepilot export` printed (also in the ledger and "
+                          "the report)")  # fmt: skip
     findings = verify_bundle(bundle_dir, base)
     if expect is not None:
         findings.insert(0, expect_finding(Path(bundle_dir), expect))
