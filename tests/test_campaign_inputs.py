@@ -210,3 +210,24 @@ def test_issue11_16b_a_bracketed_override_is_printed_whole_not_eaten_as_markup(t
     flat = " ".join(result.stderr.split())
     assert "`data.cleaning=[bogus]`" in flat and "`seeds=[yes]`" in flat, flat
     assert "yes/no value" in flat
+
+
+@pytest.mark.parametrize(
+    ("text", "override", "words"),
+    [
+        ("a: &x [*x]\n", None, "used inside itself"),
+        ("x: " + "[" * 5000 + "]" * 5000 + "\n", None, "nested too deeply"),
+        (None, "seeds=&x [*x]", "used inside itself"),
+        (None, "training.lr=" + "[" * 5000 + "]" * 5000, "nested too deeply"),
+    ],
+)
+def test_issue11_13_a_self_referencing_or_deeply_nested_yaml_is_bad_input(
+    tmp_path, text, override, words
+):
+    """Both were a RecursionError or a circular-reference ValueError (exit 3): a YAML alias
+    inside its own anchor, and nesting beyond the reader's limit, in the file or an override."""
+    path = tmp_path / "campaign.yaml"
+    path.write_text(text if text is not None else yaml.safe_dump(MINIMAL))
+    with pytest.raises(InputError, match=words) as info:
+        load_campaign(path, [override] if override else None)
+    assert str(path) in info.value.problems[0].where or "override" in info.value.problems[0].where
