@@ -248,3 +248,28 @@ def test_issue11_13_a_damaged_file_its_manifest_matches_falls_back_to_the_older_
     assert folder.name == "step-000002" and state["update"] == 2
     assert len(refused) == 1 and f"step-000004/{name}" in refused[0], refused
     assert all(torch.equal(v, trainable(fresh)[k]) for k, v in at_two.items())
+
+
+def test_issue11_1_a_checkpoint_of_an_adapter_named_by_a_relative_base_never_asks_the_hub(
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Since the adapter names its base by the campaign's own (relative) name, PEFT's "auto"
+    embedding check found no local folder and asked the Hub on every save (a network call per
+    checkpoint, a warning each time). The Hub call is replaced by a tripwire: no network here."""
+    import warnings
+
+    import peft.utils.save_and_load as peft_save
+
+    def tripwire(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"asked the Hub: {args}")
+
+    monkeypatch.setattr(peft_save, "check_file_exists_on_hf_hub", tripwire)
+    model = lora_model(tiny_llama_dir)
+    for adapter in model.peft_config.values():
+        adapter.base_model_name_or_path = "base-model"  # as the runner names it
+    optimizer = trained(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Could not find a config file in base-model" included
+        folder = save(tmp_path, model, optimizer)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "base-model"

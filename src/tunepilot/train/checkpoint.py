@@ -113,7 +113,8 @@ def save_checkpoint(
         # Weights: an adapter in PEFT's own format so `PeftModel.from_pretrained` reads it as is.
         inner = unwrap(model)
         if _is_peft(inner):
-            inner.save_pretrained(str(tmp), safe_serialization=True)
+            inner.save_pretrained(str(tmp), safe_serialization=True,
+                                  save_embedding_layers=_embedding_layers(inner))  # fmt: skip
             # PEFT's model card names the base by its absolute path; a checkpoint needs no card.
             (tmp / "README.md").unlink(missing_ok=True)
         else:
@@ -159,6 +160,18 @@ def save_checkpoint(
     fsync_dir(root)
     _keep_last(root, update, keep_last)
     return final
+
+
+def _embedding_layers(model: Any) -> bool | str:
+    """PEFT's `save_embedding_layers`: its own "auto" when LoRA targets an embedding, else
+    False. tunepilot never resizes a vocabulary, and "auto" would then ask the Hub for the
+    base's config.json on every save (the adapter names its base by the campaign's relative
+    name, which is no local folder from here): a network call per checkpoint."""
+    from peft.utils.constants import EMBEDDING_LAYER_NAMES
+
+    targeted = any(name in (c.target_modules or ()) for c in model.peft_config.values()
+                   for name in EMBEDDING_LAYER_NAMES)  # PEFT's own test (a set, or a regex)
+    return "auto" if targeted else False
 
 
 def _state_bytes(model: Any, optimizer: torch.optim.Optimizer) -> int:

@@ -139,9 +139,9 @@ class _GatheredModel:
             self.peft_config = model.peft_config
             self.get_base_model = model.get_base_model
 
-    def save_pretrained(self, folder: str, safe_serialization: bool = True) -> None:
+    def save_pretrained(self, folder: str, safe_serialization: bool = True, **kw: Any) -> None:
         self._model.save_pretrained(
-            folder, safe_serialization=safe_serialization, state_dict=self._state
+            folder, safe_serialization=safe_serialization, state_dict=self._state, **kw
         )
 
     def state_dict(self) -> dict[str, Any]:  # safetensors.save_model for a full fine-tune
