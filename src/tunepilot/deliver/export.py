@@ -139,7 +139,10 @@ def export_model(
     tmp.mkdir()
     try:
         if weights == "adapter":
-            model.save_pretrained(str(tmp), safe_serialization=True)
+            from tunepilot.train.checkpoint import embedding_layers_to_save
+
+            model.save_pretrained(str(tmp), safe_serialization=True,
+                                  save_embedding_layers=embedding_layers_to_save(model))
             _tie_adapter(tmp, model_source)
         else:
             model.save_pretrained(str(tmp))  # transformers 5 writes safetensors only

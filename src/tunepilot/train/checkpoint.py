@@ -113,8 +113,9 @@ def save_checkpoint(
         # Weights: an adapter in PEFT's own format so `PeftModel.from_pretrained` reads it as is.
         inner = unwrap(model)
         if _is_peft(inner):
+            embeddings = embedding_layers_to_save(inner)
             inner.save_pretrained(str(tmp), safe_serialization=True,
-                                  save_embedding_layers=_embedding_layers(inner))  # fmt: skip
+                                  save_embedding_layers=embeddings)  # fmt: skip
             # PEFT's model card names the base by its absolute path; a checkpoint needs no card.
             (tmp / "README.md").unlink(missing_ok=True)
         else:
@@ -162,7 +163,7 @@ def save_checkpoint(
     return final
 
 
-def _embedding_layers(model: Any) -> bool | str:
+def embedding_layers_to_save(model: Any) -> bool | str:
     """PEFT's `save_embedding_layers`: its own "auto" when LoRA targets an embedding, else
     False. tunepilot never resizes a vocabulary, and "auto" would then ask the Hub for the
     base's config.json on every save (the adapter names its base by the campaign's relative
@@ -359,7 +360,9 @@ def _load_adapter(folder: Path, model: Any) -> None:
             title="checkpoint does not match the model",
         )
     saved = read_tensors(folder / _PEFT_WEIGHTS)
-    expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model).items()}
+    saved_by_peft = get_peft_model_state_dict(
+        model, save_embedding_layers=embedding_layers_to_save(model))
+    expected = {k: tuple(v.shape) for k, v in saved_by_peft.items()}
     shapes = [
         f"{k} {tuple(v.shape)} saved, {expected[k]} now"
         for k, v in saved.items()

@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import input_error
-from tunepilot.train.checkpoint import read_state, save_checkpoint, step_folder, verify_checkpoint
+from tunepilot.train.checkpoint import (
+    embedding_layers_to_save,
+    read_state,
+    save_checkpoint,
+    step_folder,
+    verify_checkpoint,
+)
 from tunepilot.train.manifest import read_tensors
 from tunepilot.train.optimizer import read_optimizer_files
 
@@ -201,7 +207,8 @@ def _adapter_fqns(model: Any) -> dict[str, str]:
 
     names = list(model.state_dict().keys())
     placeholders = {name: torch.tensor(i) for i, name in enumerate(names)}
-    picked = get_peft_model_state_dict(model, state_dict=placeholders)
+    picked = get_peft_model_state_dict(model, state_dict=placeholders,
+                                       save_embedding_layers=embedding_layers_to_save(model))
     return {key: names[int(value)] for key, value in picked.items()}
 
 
