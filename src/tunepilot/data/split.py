@@ -131,18 +131,24 @@ def _by_group(examples: Sequence[Example], policy: SplitPolicy, fields: Fields) 
     problems.raise_if_any("cannot split by group")
     order = sorted(groups)
     random.Random(policy.seed).shuffle(order)
-    n_val, n_test = _sizes(len(examples), policy.validation, policy.test)
-    filled = {"test": 0, "validation": 0}
+    return _fill_whole([groups[g] for g in order], len(examples), policy)
+
+
+def _fill_whole(units: Sequence[list[str]], n: int, policy: SplitPolicy,
+                with_previous: Sequence[bool] = ()) -> dict[str, str]:  # fmt: skip
+    """Whole units (lists of ids) to test, then validation, then train, in the order given,
+    until each split holds its share of the `n` examples. `with_previous[i]` sends unit i to
+    the split of unit i - 1 (a tie in time stays together)."""
+    n_val, n_test = _sizes(n, policy.validation, policy.test)
+    filled = {"test": 0, "validation": 0, "train": 0}
     assignment: dict[str, str] = {}
-    for group in order:
-        if filled["test"] < n_test:
-            name = "test"
-        elif filled["validation"] < n_val:
-            name = "validation"
-        else:
-            name = "train"
-        filled[name] = filled.get(name, 0) + len(groups[group])
-        assignment.update(dict.fromkeys(groups[group], name))
+    name = "test"
+    for i, ids in enumerate(units):
+        if not (i < len(with_previous) and with_previous[i]):
+            name = ("test" if filled["test"] < n_test else
+                    "validation" if filled["validation"] < n_val else "train")  # fmt: skip
+        filled[name] += len(ids)
+        assignment.update(dict.fromkeys(ids, name))
     return assignment
 
 
@@ -231,22 +237,8 @@ def _by_time_whole_groups(
     for ex in examples:
         members.setdefault(ex.group if ex.group is not None else f"\0{ex.id}", []).append(ex.id)
     order = sorted(starts, key=lambda g: (starts[g], g), reverse=True)  # the latest first
-    n_val, n_test = _sizes(len(examples), policy.validation, policy.test)
-    filled, assignment = {"test": 0, "validation": 0}, {}
-    previous: tuple[str, tuple[int, float]] | None = None
-    for unit in order:
-        if previous is not None and starts[unit] == previous[1]:
-            name = previous[0]  # a tie stays in the later split
-        elif filled["test"] < n_test:
-            name = "test"
-        elif filled["validation"] < n_val:
-            name = "validation"
-        else:
-            name = "train"
-        filled[name] = filled.get(name, 0) + len(members[unit])
-        assignment.update(dict.fromkeys(members[unit], name))
-        previous = (name, starts[unit])
-    return assignment
+    ties = [i > 0 and starts[unit] == starts[order[i - 1]] for i, unit in enumerate(order)]
+    return _fill_whole([members[u] for u in order], len(examples), policy, ties)
 
 
 def carving_unit(fields: Fields) -> str | None:
