@@ -163,3 +163,87 @@ def test_6_qlora_becomes_lora_on_a_4_bit_base_and_max_steps_wins_over_epochs() -
     assert c.data.chat.message_property_mappings == {"role": "from", "content": "value"}
     assert any(u.startswith("num_epochs:") for u in out.unknown)
     assert any(u.startswith("lr_scheduler:") and "one_cycle" in u for u in out.unknown)
+
+
+# Axolotl's examples/llama-3/qlora.yml and fft-8b.yaml (trimmed of blank keys): a 4-bit base
+# adapted on every linear layer with no validation split, and a full fine-tune on a Hub chat
+# dataset sliced to 20%.
+AXOLOTL_QLORA = """\
+base_model: meta-llama/Meta-Llama-3-8B
+load_in_4bit: true
+datasets:
+  - path: aaditya/alpaca_subset_1
+    type: alpaca
+val_set_size: 0
+adapter: qlora
+sequence_len: 4096
+lora_r: 32
+lora_alpha: 16
+lora_dropout: 0.05
+lora_target_modules:
+lora_target_linear: true
+gradient_accumulation_steps: 4
+micro_batch_size: 2
+num_epochs: 4
+optimizer: paged_adamw_32bit
+learning_rate: 0.0002
+"""
+AXOLOTL_FFT = """\
+base_model: NousResearch/Meta-Llama-3.1-8B
+plugins:
+  - axolotl.integrations.liger.LigerPlugin
+chat_template: llama3
+datasets:
+  - path: mlabonne/FineTome-100k
+    type: chat_template
+    split: train[:20%]
+    field_messages: conversations
+    message_field_role: from
+    message_field_content: value
+val_set_size: 0.02
+sequence_len: 4096
+gradient_accumulation_steps: 8
+micro_batch_size: 1
+num_epochs: 1
+learning_rate: 2e-5
+eval_steps: 0.05
+save_steps: 100
+warmup_ratio: 0.1
+rl: dpo
+"""
+
+
+def test_issue12_6_qlora_on_every_linear_layer_keeps_its_targets_and_names_what_it_lacks():
+    import yaml
+
+    from tunepilot.campaign import validate_mapping
+    from tunepilot.campaign.axolotl import convert
+
+    out = convert(yaml.safe_load(AXOLOTL_QLORA), "q")
+    c = validate_mapping(out.campaign)
+    assert (c.model.method, c.model.base_dtype) == ("lora", "nf4")
+    assert c.model.lora.target_modules == ["all-linear"]  # not the q_proj/v_proj default
+    listed = "\n".join(out.unknown)
+    assert "val_set_size: 0" in listed and "data.split.validation" in listed
+    assert "aaditya/alpaca_subset_1` is a Hub dataset" in listed and "save_to_disk" in listed
+    assert "revision_of_model: absent" in listed and "model.revision" in listed
+    assert "datasets[0].type: `alpaca`" in listed
+
+
+def test_issue12_6_full_fine_tune_on_a_sliced_hub_chat_dataset_lists_every_difference(
+    tmp_path: Path,
+):
+    source = tmp_path / "fft-8b.yaml"
+    source.write_text(AXOLOTL_FFT, encoding="utf-8")
+    done = init(tmp_path / "fft", source)
+    assert done.returncode == 0, done.stderr  # a share-of-steps eval_steps is listed, not fatal
+    c = load_campaign(tmp_path / "fft" / "campaign.yaml")
+    assert c.model.method == "full" and c.training.lr == 2e-5  # YAML 1.1 reads 2e-5 as text
+    assert c.training.checkpoint_every == 100 and c.training.eval_every != 0.05
+    assert c.data.chat is not None
+    assert c.data.chat.message_property_mappings == {"role": "from", "content": "value"}
+    listed = done.stderr.replace("\n", " ")
+    for expected in ("datasets[0].split: `train[:20%]`", "eval_steps: 0.05 (a share of all steps",
+                     "rl: \"dpo\" (preference training", "warmup_ratio: 0.1",
+                     "chat_template: `llama3`", "plugins:", "FineTome-100k` is a Hub dataset"):
+        assert expected in listed, expected  # fmt: skip

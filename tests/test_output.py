@@ -86,3 +86,61 @@ def test_issue12_5_pilot_json_prints_a_start_line_per_gate_on_stderr_only(
     for number, gate in ((1, "environment"), (4, "load")):
         assert f"pilot gate {number} {gate} ..." in err
     assert "pilot gate 4 load: FAIL in " in err
+
+
+def test_issue12_5_an_inner_progress_in_a_log_speaks_only_when_it_lasts(capsys):
+    """An evaluation inside training: a quick one adds no line, a long one prints its own
+    per-interval lines (rate, ETA) and its end, so a log is never silent for minutes."""
+    from tunepilot.progress import Progress
+
+    with Progress("training r1", 10, "updates", every_s=0.05) as outer:
+        outer.advance(1)
+        with Progress("validation of r1", 100, "examples", every_s=0.05) as quick:
+            quick.advance(100)
+        with Progress("validation of r1", 100, "examples", every_s=0.05) as slow:
+            slow.advance(10)
+            time.sleep(0.06)
+            slow.advance(40)
+            slow.advance(100)
+        outer.advance(2)
+    out, err = capsys.readouterr()
+    assert out == ""
+    inner = [line for line in err.splitlines() if "validation of r1" in line]
+    assert len(inner) == 2, err  # the slow one: one interval line and its end
+    assert "40/100 examples" in inner[0] and "ETA " in inner[0] and "examples/s" in inner[0]
+    assert "done, 100/100 examples" in inner[1]
+    assert "started" not in "".join(inner)
+
+
+def test_issue12_5_a_stepless_phase_in_a_log_says_it_is_still_running(capsys):
+    """A pilot gate or the audit's checks count nothing for minutes: a heartbeat line per
+    interval names it with its elapsed time; an inner progress that speaks silences it."""
+    from tunepilot.progress import Progress
+
+    with Progress("pilot p-1", 13, "gates", every_s=0.05, heartbeat=True) as bar:
+        bar.advance(8, "gate 9 overfit")
+        time.sleep(0.2)
+    with Progress("data audit", None, "checks", every_s=0.05, heartbeat=True):
+        time.sleep(0.2)
+    lines = capsys.readouterr().err.splitlines()
+    beats = [line for line in lines if "pilot p-1: running" in line]
+    assert 2 <= len(beats) <= 5, lines
+    assert "8/13 gates" in beats[0] and "ETA " in beats[0] and "gate 9 overfit" in beats[0]
+    audit = [line for line in lines if "data audit: running" in line]
+    assert audit and "elapsed 0:00" in audit[0] and "checks" not in audit[0]
+
+
+def test_issue12_5_an_inner_progress_on_a_terminal_is_a_second_row_of_the_same_bar():
+    """Rich allows one live display: the inner progress adds a row to the outer bar and
+    removes it when done, instead of failing with a LiveError."""
+    from tunepilot.progress import Progress
+
+    outer = Progress("training r1", 10, "updates")
+    outer.mode = "bar"  # as on a terminal
+    with outer:
+        inner = Progress("validation of r1", 5, "examples")
+        inner.mode = "bar"
+        with inner:
+            assert inner._bar is outer._bar and len(outer._bar.tasks) == 2
+            inner.advance(5)
+        assert len(outer._bar.tasks) == 1

@@ -420,6 +420,17 @@ def test_issue12_5c_confusion_matrix_and_fixed_broken_examples_come_from_the_led
         assert f"<code>{r['id']}</code>" in section and r["text"]
 
 
+def test_issue12_5c_the_confusion_matrix_has_a_row_and_column_for_every_class(dossier) -> None:
+    """A class with no validation example and no prediction is still a row (n=0) and a column,
+    in the classes' id order: the matrix agrees with the per-class chart above it."""
+    ws, html, data = dossier
+    confusion = data["examples"]["confusion"]
+    labels = ws.prepare(write=False, seal=False).label_names
+    assert confusion["labels"] == labels and len(labels) == 6
+    unseen = [c for i, c in enumerate(labels) if not sum(confusion["counts"][i])]
+    assert unseen and all(f"{c} <span class='muted'>(n=0)</span>" in html for c in unseen)
+
+
 def test_issue12_5c_a_class_without_validation_examples_shows_n0_not_a_zero_bar() -> None:
     from tunepilot.report.results import per_class
 

@@ -78,6 +78,7 @@ def test_issue12_3_both_trackers_receive_the_ledgers_curve_and_evaluations(tmp_p
     assert run.data.params["variant"] == "control" and run.data.params["seed"] == "0"
     assert run.data.params["data_version"] == row.data_version
     assert run.data.params["config_hash"] == row.config_hash
+    assert "None" not in run.data.params.values()  # an unset revision is left out, not "None"
     assert run.data.tags["hypothesis"] == ws.campaign.hypothesis.behaviour
     assert run.info.status == "FINISHED"
 

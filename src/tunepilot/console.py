@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -90,11 +92,24 @@ class JsonChannel:
 _channels: list[JsonChannel] = []
 
 
+def json_safe(value: Any) -> Any:
+    """A value JSON can hold: JSON has no NaN or Infinity (such floats become their text, as
+    Python's json would otherwise write the invalid `NaN`); keys become strings, paths text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
+
+
 def print_json(payload: Any) -> None:
-    """Machine-readable output on stdout, nothing else on it."""
+    """Machine-readable output on stdout, nothing else on it, and always valid JSON."""
     channel = _channels[-1] if _channels else None
     stream = channel.stream if channel else sys.stdout
-    stream.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
+    text = json.dumps(json_safe(payload), indent=2, ensure_ascii=False, default=str)
+    stream.write(text + "\n")
     stream.flush()
     if channel:
         channel.written = True

@@ -4,12 +4,19 @@ On a terminal: a Rich bar with elapsed time, rate and ETA. Sent to a file or a p
 `tee`, CI logs), or with `CI` set: one plain line when the work starts, one per minute while
 it runs and one when it ends, so a log shows where a 16-minute pilot is without filling up
 with redraws. stdout is never touched: `--json` output stays one document.
+
+Progress opened inside another (a validation pass inside training) is a second row of the same
+bar on a terminal, and in a log it prints only its per-minute lines, so a 5-minute evaluation
+between two updates is never silent and a quick one adds nothing. Work that has no steps to
+count for minutes (a pilot gate, the audit's checks) takes `heartbeat=True`: in a log a line
+per minute says it is still running.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import Any, Literal
 
@@ -19,6 +26,7 @@ from rich.text import Text
 Mode = Literal["bar", "lines", "off"]
 
 LINE_EVERY_S = 60.0
+_open: list[Progress] = []  # the progress shown now, outermost first
 
 
 def plain_output() -> bool:
@@ -51,30 +59,51 @@ class Progress:
 
     def __init__(
         self, what: str, total: int | None, unit: str, *, done: int = 0,
-        show: bool | None = None, every_s: float = LINE_EVERY_S,
+        show: bool | None = None, every_s: float = LINE_EVERY_S, heartbeat: bool = False,
     ) -> None:  # fmt: skip
         self.what, self.total, self.unit, self.every_s = what, total, unit, every_s
         self.first = self.completed = done
         self.note = ""
         self.mode: Mode = "off" if show is False else ("lines" if plain_output() else "bar")
+        self.heartbeat = heartbeat
         self._bar: Any = None
         self._task: Any = None
+        self._owns_bar = self._inner = False
+        self._lines = 0
+        self._stopped = threading.Event()
         self._start = self._last_line = time.monotonic()
 
     def start(self) -> Progress:
         self._start = self._last_line = time.monotonic()
-        if self.mode == "bar":
+        outer = _open[-1] if _open else None
+        self._inner = outer is not None
+        if self.mode == "bar" and outer is not None and outer._bar is not None:
+            self._bar = outer._bar  # a second row of the bar already on screen
+            self._task = self._bar.add_task(self.what, total=self.total, completed=self.completed,
+                                            note="", unit=self.unit)  # fmt: skip
+        elif self.mode == "bar":
             self._bar, self._task = _rich_bar(self.what, self.total, self.unit, self.completed)
+            self._owns_bar = True
             self._bar.start()
-        elif self.mode == "lines":
+        elif self.mode == "lines" and not self._inner:
             self._line("started")
+        if self.mode != "off":
+            _open.append(self)
+            if self.mode == "lines" and self.heartbeat:
+                threading.Thread(target=self._beat, daemon=True).start()
         return self
 
     def stop(self, state: str = "done") -> None:
+        self._stopped.set()
+        if self in _open:
+            _open.remove(self)
         if self._bar is not None:
-            self._bar.stop()
+            if self._owns_bar:
+                self._bar.stop()
+            else:
+                self._bar.remove_task(self._task)
             self._bar = None
-        elif self.mode == "lines":
+        elif self.mode == "lines" and (not self._inner or self._lines):
             self._line(state)
         self.mode = "off"
 
@@ -87,7 +116,8 @@ class Progress:
         self.note = note or self.note
         if self._bar is not None:
             self._bar.update(self._task, completed=self.completed, note=self.note)
-        elif self.mode == "lines" and time.monotonic() - self._last_line >= self.every_s:
+        elif self.mode == "lines" and time.monotonic() - self._last_line >= self.every_s and (
+                self.total is None or self.completed < self.total):  # the end has its own line
             self._line()
 
     def __exit__(self, *exc: object) -> None:
@@ -100,6 +130,8 @@ class Progress:
         of = f"/{self.total}" if self.total is not None else ""
         parts = [f"{self.completed}{of} {self.unit}", f"{rate:.2f} {self.unit}/s",
                  f"elapsed {clock(elapsed)}"]  # fmt: skip
+        if self.total is None and self.completed == self.first:  # nothing counted: time only
+            parts = parts[2:]
         if self.total is not None and rate > 0 and self.completed < self.total:
             parts.append(f"ETA {clock((self.total - self.completed) / rate)}")
         if self.note:
@@ -108,7 +140,16 @@ class Progress:
 
     def _line(self, state: str = "") -> None:
         self._last_line = time.monotonic()
+        self._lines += 1
         start_line(f"{self.what}: {state + ', ' if state else ''}{self.describe()}")
+
+    def _beat(self) -> None:
+        """In a log: a line when `every_s` passed without one, while this is the innermost
+        progress shown (an inner one speaks for itself)."""
+        while not self._stopped.wait(self.every_s / 4):
+            quiet = time.monotonic() - self._last_line >= self.every_s
+            if quiet and _open and _open[-1] is self:
+                self._line("running")
 
 
 class _Rate(ProgressColumn):
@@ -132,9 +173,9 @@ def _rich_bar(what: str, total: int | None, unit: str, done: int) -> tuple[Any, 
 
     bar = RichProgress(
         TextColumn("{task.description}"), BarColumn(bar_width=None), MofNCompleteColumn(),
-        TextColumn(unit),
+        TextColumn("{task.fields[unit]}"),
         _Rate(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
         TextColumn("{task.fields[note]}"), console=Console(stderr=True), expand=True,
     )  # fmt: skip
-    task = bar.add_task(what, total=total, completed=done, note="")
+    task = bar.add_task(what, total=total, completed=done, note="", unit=unit)
     return bar, task

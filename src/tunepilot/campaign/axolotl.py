@@ -38,8 +38,6 @@ DIRECT = {
     "weight_decay": "training.weight_decay",
     "max_grad_norm": "training.max_grad_norm",
     "gradient_checkpointing": "training.activation_checkpointing",
-    "eval_steps": "training.eval_every",
-    "save_steps": "training.checkpoint_every",
     "save_total_limit": "training.keep_last_checkpoints",
     "seed": "training.seed",
     "num_epochs": "training.budget.epochs",
@@ -52,6 +50,14 @@ NOT_CARRIED = {
     "optimizer": "training uses AdamW (torch.optim.AdamW)",
     "output_dir": "runs live in the campaign folder (runs/<run-id>/)",
     "special_tokens": "the tokenizer is used as saved; pad = eos when it has no pad token",
+    "rl": "preference training (DPO, ORPO, KTO, GRPO) is not a campaign method: the campaign "
+    "trains on the answer's likelihood",
+    "peft_use_dora": "the adapter is plain LoRA",
+    "peft_use_rslora": "the adapter is plain LoRA (alpha / r scaling)",
+    "deepspeed": "several GPUs run DDP or FSDP (training.distributed)",
+    "fsdp": "several GPUs run DDP or FSDP (training.distributed)",
+    "warmup_ratio": "set training.warmup_updates to that share of the updates",
+    "lora_model_dir": "a campaign starts every run from the base",
 }
 SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant"}
 # Keys of one `datasets:` entry that map onto data.chat (Axolotl's chat_template type).
@@ -119,6 +125,9 @@ def convert(config: dict[str, Any], name: str) -> Conversion:
         "sdp_attention": lambda v: _attention(out, "sdpa", v, "sdp_attention"),
         "chat_template": lambda v: None,  # read with `datasets`
         "chat_template_jinja": lambda v: None,
+        "lora_target_linear": lambda v: _target_linear(out, v, config),
+        "eval_steps": lambda v: _steps(out, "eval_steps", "training.eval_every", v),
+        "save_steps": lambda v: _steps(out, "save_steps", "training.checkpoint_every", v),
     }
     for key, value in config.items():
         if key in DIRECT:
@@ -137,6 +146,11 @@ def convert(config: dict[str, Any], name: str) -> Conversion:
         del out.campaign["training"]["budget"]["epochs"]
         del out.origin["training.budget.epochs"]
         out.unknown.append("num_epochs: max_steps is kept (a campaign fixes one budget, S7)")
+    base = config.get("base_model")
+    if isinstance(base, str) and "/" in base and not base.startswith((".", "/", "~")) and (
+            not config.get("revision_of_model")):  # fmt: skip
+        out.unknown.append(f"revision_of_model: absent; a Hub base needs model.revision, the "
+                           f"commit of `{base}` to train on (P4)")  # fmt: skip
     out.campaign.setdefault("model", {}).setdefault("name_or_path", "path/to/base-model")
     out.campaign.setdefault("data", {}).setdefault("file", "path/to/data.jsonl")
     if "data.chat" not in out.origin:
@@ -177,10 +191,31 @@ def _attention(out: Conversion, implementation: str, value: Any, key: str) -> No
         out.put("model.attn_implementation", implementation, f"axolotl `{key}`")
 
 
+def _steps(out: Conversion, key: str, dotted: str, value: Any) -> None:
+    """Axolotl reads a value below 1 as a share of the total steps; the campaign counts
+    updates."""
+    if isinstance(value, float) and not value.is_integer():
+        out.unknown.append(f"{key}: {value} (a share of all steps in Axolotl); set {dotted} "
+                           "to a number of updates")  # fmt: skip
+    elif value is not None:
+        out.put(dotted, int(value) if isinstance(value, float) else value, f"axolotl `{key}`")
+
+
+def _target_linear(out: Conversion, value: Any, config: dict[str, Any]) -> None:
+    """`lora_target_linear: true` adapts every linear layer: PEFT's `all-linear`."""
+    if value:
+        out.put("model.lora.target_modules", ["all-linear"], "axolotl `lora_target_linear`")
+        if config.get("lora_target_modules"):
+            out.unknown.append("lora_target_modules: inside all-linear (lora_target_linear)")
+
+
 def _validation(out: Conversion, value: Any) -> None:
     if isinstance(value, int | float) and 0 < value < 1:
         out.put("data.split.policy", "random", "axolotl holds out val_set_size at random")
         out.put("data.split.validation", value, "axolotl `val_set_size`")
+    elif value == 0:
+        out.unknown.append("val_set_size: 0 (no evaluation in Axolotl); a campaign always holds "
+                           "out data.split.validation to judge the hypothesis on (H3)")  # fmt: skip
     elif value:
         out.unknown.append(f"val_set_size: {value} rows (the campaign takes a share below 1)")
 
@@ -198,6 +233,16 @@ def _datasets(out: Conversion, value: Any, config: dict[str, Any]) -> None:
         path = path[0] if len(path) == 1 else None
     if path:
         out.put("data.file", path, "axolotl `datasets[0].path`")
+        if _hub_dataset(str(path), first):
+            name = str(path).rstrip("/").split("/")[-1]
+            out.unknown.append(
+                f"datasets[0].path: `{path}` is a Hub dataset; save it once with "
+                f"`python -c \"import datasets; datasets.load_dataset('{path}')"
+                f".save_to_disk('{name}')\"` and set data.file to that folder (D1)"
+            )
+    if first.get("split") not in (None, "train"):
+        out.unknown.append(f"datasets[0].split: `{first['split']}` (the campaign reads the whole "
+                           "file or the saved split named in data.file, e.g. folder[train])")
     kind = first.get("type")
     if kind in ("chat_template", "sharegpt"):
         chat: dict[str, Any] = dict(SHAREGPT) if kind == "sharegpt" else {}
@@ -226,6 +271,14 @@ def _datasets(out: Conversion, value: Any, config: dict[str, Any]) -> None:
              "message_field_content", *CHAT_KEYS}  # fmt: skip
     for key in sorted(set(first) - known):
         out.unknown.append(f"datasets[0].{key}: not carried over")
+
+
+def _hub_dataset(path: str, entry: dict[str, Any]) -> bool:
+    """`org/name` with no file suffix and no local type: what Axolotl fetches from the Hub."""
+    if entry.get("ds_type") or entry.get("data_files") or path.startswith((".", "/", "~")):
+        return False
+    return bool(re.fullmatch(r"[\w.-]+/[\w.-]+", path)) and Path(path).suffix not in (
+        ".json", ".jsonl", ".csv", ".tsv", ".parquet", ".arrow")  # fmt: skip
 
 
 def render(conversion: Conversion, source: Path) -> str:

@@ -67,10 +67,10 @@ def verify(
 @app.command()
 def report(
     args: CampaignArgs = None,
+    as_json: JsonFlag = False,
     open_browser: Annotated[
         bool, typer.Option("--open", help="Open the dossier in the system browser.")
     ] = False,
-    as_json: JsonFlag = False,
 ) -> None:
     """Write one self-contained HTML dossier a colleague can re-read months later: hypothesis,
     data audit, pilot gates, sizing, plan, every run, curves, comparison, per-class charts,

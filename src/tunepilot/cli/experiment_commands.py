@@ -34,10 +34,23 @@ TorchrunArgs = Annotated[
     typer.Option("--torchrun-arg", help="Passed to torchrun, e.g. --torchrun-arg=--nnodes=2."),
 ]
 
+Jobs = Annotated[
+    int | None, typer.Option(min=1, help="Run N independent runs side by side (one per GPU).")
+]
+Retry = Annotated[
+    str | None,
+    typer.Option("--retry", help="Run a failed or interrupted run again under a new id."),
+]
+FromStep = Annotated[
+    str | None,
+    typer.Option("--from", help="Resume from this checkpoint (step-N) instead of the newest."),
+]
+
 
 @app.command("run")
 def run_command(
     args: CampaignArgs = None,
+    as_json: JsonFlag = False,
     variant: Annotated[
         list[str] | None, typer.Option("--variant", "-v", help="Variant(s) to run; default all.")
     ] = None,
@@ -52,16 +65,9 @@ def run_command(
     strategy: Annotated[
         str | None, typer.Option(help="ddp | fsdp (default: the campaign's).")
     ] = None,
-    jobs: Annotated[
-        int | None,
-        typer.Option(min=1, help="Run N independent runs side by side (one per GPU)."),
-    ] = None,
+    jobs: Jobs = None,
     torchrun_arg: TorchrunArgs = None,
-    retry: Annotated[
-        str | None,
-        typer.Option("--retry", help="Run a failed or interrupted run again under a new id."),
-    ] = None,
-    as_json: JsonFlag = False,
+    retry: Retry = None,
 ) -> None:
     """Train variants x seeds; every run gets an id, a folder and a ledger line (V1-V6).
 
@@ -99,17 +105,14 @@ def run_command(
 def resume(
     run_id: Annotated[str, typer.Argument(help="The run to continue, e.g. control-s0-1.")],
     args: CampaignArgs = None,
+    as_json: JsonFlag = False,
     stop_after: Annotated[
         int | None,
         typer.Option("--stop-after", min=1, help="Pause again after N updates in all."),
     ] = None,
     nproc: Nproc = None,
     torchrun_arg: TorchrunArgs = None,
-    from_step: Annotated[
-        str | None,
-        typer.Option("--from", help="Resume from this checkpoint (step-N) instead of the newest."),
-    ] = None,
-    as_json: JsonFlag = False,
+    from_step: FromStep = None,
 ) -> None:
     """Continue a run from its newest checkpoint that verifies (a newer one that does not is
     named and skipped) in this new process: same step, lr, data position and generators, so

@@ -29,12 +29,12 @@ Catalog = Annotated[
 @app.command()
 def pilot(
     args: CampaignArgs = None,
-    as_json: JsonFlag = False,
+    gpu: Gpu = None,
+    catalog: Catalog = None,
     tensors: Annotated[
         bool, typer.Option("--tensors", help="Also measure tensor bytes (PyTorch profiler).")
     ] = False,
-    gpu: Gpu = None,
-    catalog: Catalog = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Run every operation of the campaign once, each as a gate that ends PASS, WARN or FAIL
     with what was seen and what to do: environment, data, inspect, load, update audit, first

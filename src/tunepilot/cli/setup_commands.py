@@ -124,13 +124,16 @@ def init(
 # ---------------------------------------------------------------------------------------------
 
 
+NoTokenizer = Annotated[
+    bool, typer.Option("--no-tokenizer", help="Skip the token-length and truncation checks.")
+]
+
+
 @data_app.command("audit")
 def data_audit(
     args: CampaignArgs = None,
     as_json: JsonFlag = False,
-    no_tokenizer: Annotated[
-        bool, typer.Option("--no-tokenizer", help="Skip the token-length and truncation checks.")
-    ] = False,
+    no_tokenizer: NoTokenizer = False,
 ) -> None:
     """Audit the campaign's data: duplicates, near-duplicates, leakage by group or time,
     labels, class balance, label mapping and truncation. Exit 1 when a check FAILs.

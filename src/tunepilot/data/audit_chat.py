@@ -14,6 +14,7 @@ from typing import Any
 
 from tunepilot.data.audit_labels import FAIL, PASS, SHOWN, WARN, _later, _noun, _nouns, _order
 from tunepilot.data.normalize import normalize_text
+from tunepilot.errors import InputError
 from tunepilot.tasks.base import IGNORE_INDEX
 from tunepilot.tasks.example import Example, Splits
 from tunepilot.verdict import Finding
@@ -56,25 +57,37 @@ def _sentence(splits: Splits, repeated: dict[str, list[tuple[str, str]]], verb: 
     return f"{' and '.join(parts)} (e.g. {shown})"
 
 
-def check_same_user_turns(splits: Splits) -> Finding:
-    """D2/D8: evaluation conversations asking exactly what a training conversation asked."""
-    check = "same user turns across splits"
-    repeated = _repeats(splits, _user_turns)
+def _repeat_check(
+    check: str,
+    verdict: str,
+    req: str,
+    splits: Splits,
+    repeated: dict[str, list[tuple[str, str]]],
+    *,
+    clean: str,
+    verb: str,
+    advice: str,
+) -> Finding:
+    """PASS saying `clean`, or `verdict` counting the repeated conversations per split with the
+    first pairs, then `advice`."""
     if not repeated:
-        sentence = (
-            "no evaluation conversation repeats the user turns of an earlier split's "
-            "conversation after normalisation"
-        )
-        return Finding(check, PASS, sentence, "D2, D8")
-    sentence = (
-        f"{_sentence(splits, repeated, 'ask, turn for turn, what was asked in')}; the score "
-        "would measure a remembered answer: remove them or split by conversation "
-        "(data.fields.group)"
-    )
+        return Finding(check, PASS, clean, req)
     pairs = [p for ps in repeated.values() for p in ps]
     details = {"counts": {s: len(p) for s, p in repeated.items()}, "pairs": pairs[:50]}
-    return Finding(check, FAIL, sentence, "D2, D8", examples=[a for a, _ in pairs[:SHOWN]],
-                   details=details)  # fmt: skip
+    return Finding(check, verdict, _sentence(splits, repeated, verb) + advice, req,
+                   examples=[a for a, _ in pairs[:SHOWN]], details=details)  # fmt: skip
+
+
+def check_same_user_turns(splits: Splits) -> Finding:
+    """D2/D8: evaluation conversations asking exactly what a training conversation asked."""
+    return _repeat_check(
+        "same user turns across splits", FAIL, "D2, D8", splits, _repeats(splits, _user_turns),
+        clean="no evaluation conversation repeats the user turns of an earlier split's "
+        "conversation after normalisation",
+        verb="ask, turn for turn, what was asked in",
+        advice="; the score would measure a remembered answer: remove them or split by "
+        "conversation (data.fields.group)",
+    )
 
 
 def check_shared_openings(splits: Splits) -> Finding:
@@ -82,25 +95,19 @@ def check_shared_openings(splits: Splits) -> Finding:
     id, the sign is an evaluation row opening with the same exchange (first user turn and
     first answer) as a training row that asks something else later. A WARN, not a FAIL: two
     conversations can open the same way ("hi" / "Hello, how can I help?")."""
-    check = "conversations cut into rows"
     asked = {a for ps in _repeats(splits, _user_turns).values() for a, _ in ps}
     repeated = {
         s: kept
         for s, ps in _repeats(splits, _opening).items()
         if (kept := [p for p in ps if p[0] not in asked])
     }
-    if not repeated:
-        sentence = "no evaluation conversation opens with an earlier split's opening exchange"
-        return Finding(check, PASS, sentence, "D8")
-    sentence = (
-        f"{_sentence(splits, repeated, 'open with the same exchange as')}: rows cut from one "
-        "conversation would leak its later turns; give each row its conversation id in "
-        "data.fields.group and use split.policy: group"
+    return _repeat_check(
+        "conversations cut into rows", WARN, "D8", splits, repeated,
+        clean="no evaluation conversation opens with an earlier split's opening exchange",
+        verb="open with the same exchange as",
+        advice=": rows cut from one conversation would leak its later turns; give each row its "
+        "conversation id in data.fields.group and use split.policy: group",
     )
-    pairs = [p for ps in repeated.values() for p in ps]
-    details = {"counts": {s: len(p) for s, p in repeated.items()}, "pairs": pairs[:50]}
-    return Finding(check, WARN, sentence, "D8", examples=[a for a, _ in pairs[:SHOWN]],
-                   details=details)  # fmt: skip
 
 
 def check_turn_end(splits: Splits, encoder: Any) -> Finding:
@@ -111,10 +118,15 @@ def check_turn_end(splits: Splits, encoder: Any) -> Finding:
     check = "assistant turns end with EOS"
     tokenizer = encoder.tokenizer
     eos = tokenizer.eos_token_id
-    first = next((ex for s in _order(splits) for ex in splits[s]), None)
-    if first is None:
-        return Finding(check, WARN, "no conversation to check: cannot validate", "D5")
-    enc = encoder.encode(first)
+    first, enc = None, None
+    for ex in (ex for s in _order(splits) for ex in splits[s]):
+        try:  # a row the template refuses is the length check's FAIL, named there
+            first, enc = ex, encoder.encode(ex)
+            break
+        except InputError:
+            continue
+    if first is None or enc is None:
+        return Finding(check, WARN, "no conversation encodes: cannot validate", "D5")
     trained = [t for t in enc.labels if t != IGNORE_INDEX]
     if eos in trained:
         sentence = (f"the trained tokens of {first.id} include EOS {tokenizer.eos_token!r}: "

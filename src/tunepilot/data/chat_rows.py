@@ -61,13 +61,15 @@ def read_conversation(
             continue
         content = turn.get(content_key)
         if not isinstance(content, str):
-            shown = "no" if content is None else f"a {type(content).__name__} as"
-            problems.add(
-                at,
-                f"turn {number} ({role}) has {shown} `{content_key}`",
-                f"give it text in `{content_key}` (or map the key in "
-                "data.chat.message_property_mappings.content)",
-            )
+            kind = type(content).__name__
+            shown = "no" if content is None else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} as"
+            fix = (f"give it text in `{content_key}` (or map the key in "
+                   "data.chat.message_property_mappings.content)")  # fmt: skip
+            if isinstance(content, list):  # OpenAI-style parts: [{"type": "text", "text": ...}]
+                fix = (f"content parts are not read: join the text parts into one string in "
+                       f"`{content_key}` (images and other parts have no place in a text "
+                       "campaign)")  # fmt: skip
+            problems.add(at, f"turn {number} ({role}) has {shown} `{content_key}`", fix)
             continue
         if role == "assistant" and not content.strip():
             problems.add(

@@ -14,13 +14,28 @@ from tunepilot.verdict import Finding, exit_code
 
 def audit_findings(ws: Workspace, with_tokenizer: bool = True) -> tuple[Any, list[Finding]]:
     """Prepare the data and run every audit check; returns (prepared, findings)."""
-    from tunepilot.data.audit import run_audit
-    from tunepilot.progress import start_line
+    from tunepilot.progress import Progress
 
     prepared = ws.prepare(seal=False)  # looking at data never seals the test split (H4)
-    start_line(f"data audit of version {prepared.version}: "
-               f"{sum(map(len, prepared.splits.values()))} examples (duplicates, leakage, "
-               "labels, truncation) ...")  # fmt: skip
+    n = sum(map(len, prepared.splits.values()))
+    what = f"data audit of version {prepared.version} ({n} examples)"
+    with Progress(what, None, "checks", heartbeat=True):  # minutes on a large file: say so
+        findings = _run_checks(ws, prepared, with_tokenizer)
+    if prepared.folder is not None:
+        _write_json(
+            prepared.folder / "audit.json",
+            {
+                "version": prepared.version,
+                "findings": [f.to_json() for f in findings],
+            },
+        )
+    return prepared, findings
+
+
+def _run_checks(ws: Workspace, prepared: Any, with_tokenizer: bool) -> list[Finding]:
+    """Every audit check of the prepared data: the image checks, or the text ones."""
+    from tunepilot.data.audit import run_audit
+
     label_map = ws.model_label_map() if with_tokenizer else None
     campaign = ws.campaign
     if campaign.hypothesis.task == "image_classification":  # decodes files, no processor
@@ -40,15 +55,7 @@ def audit_findings(ws: Workspace, with_tokenizer: bool = True) -> tuple[Any, lis
             prepared, campaign.data, campaign.hypothesis.task, encoder, label_map,
             hypothesis=campaign.hypothesis, model_config=config,
         )  # fmt: skip
-    if prepared.folder is not None:
-        _write_json(
-            prepared.folder / "audit.json",
-            {
-                "version": prepared.version,
-                "findings": [f.to_json() for f in findings],
-            },
-        )
-    return prepared, findings
+    return findings
 
 
 def audit_workspace(ws: Workspace, as_json: bool, with_tokenizer: bool = True) -> int:

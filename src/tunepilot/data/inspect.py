@@ -16,6 +16,9 @@ from tunepilot.tasks.base import IGNORE_INDEX
 from tunepilot.tasks.example import Example
 
 NEWLINE, TAB, SPACE, SEPARATOR, SCISSORS = "⏎", "⇥", "␣", "|", "✂"
+LOSS_OPEN, LOSS_CLOSE = "⟦", "⟧"
+"""Around each run of loss positions where there is no colour to show them (a pipe, a log, the
+pilot's samples.txt): the loss positions are what a person must check (D3, D5)."""
 
 
 @dataclass
@@ -131,16 +134,35 @@ def visible(piece: str) -> str:
     return piece.replace("\n", NEWLINE).replace("\t", TAB).replace(" ", SPACE)
 
 
-def sample_text(sample: Sample) -> Any:
-    """One sample as a Rich Text: `|` between tokens, loss positions bold green underlined,
-    `✂` where max_length cut."""
+def sample_text(sample: Sample, width: int | None = None, marked: bool = False) -> Any:
+    """One sample as a Rich Text: `|` between tokens, loss positions bold green underlined
+    (and inside ⟦ ⟧ when `marked`, for output without colour), `✂` where max_length cut.
+
+    With `width`, lines break between tokens only, never inside one (`</s>` stays whole)."""
+    from rich.cells import cell_len
     from rich.text import Text
 
-    text = Text()
+    pieces: list[tuple[str, str]] = []
+    flags = [tok["loss"] for tok in sample.tokens]
     for i, tok in enumerate(sample.tokens):
-        if i:
+        piece = visible(tok["token"])
+        if marked and tok["loss"]:
+            piece = (LOSS_OPEN if i == 0 or not flags[i - 1] else "") + piece + (
+                LOSS_CLOSE if i + 1 == len(flags) or not flags[i + 1] else "")  # fmt: skip
+        pieces.append((piece, "bold green underline" if tok["loss"] else ""))
+    text, used = Text(), 0
+    for i, (piece, style) in enumerate(pieces):
+        cost = cell_len(piece) + (1 if i else 0)
+        if width and used and used + cost > width:
+            text.append("\n")
+            used, cost = 0, cost - 1
+        elif i:
             text.append(SEPARATOR, style="dim")
-        text.append(visible(tok["token"]), style="bold green underline" if tok["loss"] else "")
+        if i and used == 0:
+            text.append(SEPARATOR, style="dim")  # a line starts with the separator it broke at
+            cost += 1
+        text.append(piece, style=style)
+        used += cost
     if sample.truncation_point is not None:
         cut = sample.full_length - sample.truncation_point
         text.append(f" {SCISSORS} ", style="bold red")
@@ -149,31 +171,34 @@ def sample_text(sample: Sample) -> Any:
 
 
 def print_samples(samples: list[Sample], console: Any) -> None:
-    """Print samples for a person to check (D3, D4)."""
+    """Print samples for a person to check (D3, D4); without colour (a pipe, a file) the loss
+    positions are bracketed instead."""
     from rich.text import Text
 
+    marked = console.color_system is None
     for s in samples:
         head = Text(f"{s.id}", style="bold")
         head.append(f"  ({s.source})  {len(s.tokens)} tokens", style="dim")
         if s.label is not None:
             head.append(f"  class {s.label}", style="cyan")
         console.print(head)
-        console.print(sample_text(s))
+        console.print(sample_text(s, console.width, marked), soft_wrap=True)
         if s.loss_on_label is not None:
             console.print(
                 Text(f"loss on label: {s.loss_on_label}", style="bold green"),
                 Text("(no token carries loss; the head predicts the class)", style="dim"),
             )
         else:
-            console.print(
-                Text(f"loss on {s.n_loss_tokens} token(s) (bold green, underlined)", style="green")
-            )
+            shown = f"inside {LOSS_OPEN} {LOSS_CLOSE}" if marked else "bold green, underlined"
+            console.print(Text(f"loss on {s.n_loss_tokens} token(s) ({shown})", style="green"))
             if s.loss_positions_from:
                 console.print(
                     Text(f"loss positions from the chat template ({s.loss_positions_from})",
                          style="dim")  # fmt: skip
                 )
-            console.print(Text("expected: ", style="bold") + Text(s.expected))
+            said = "expected (the last assistant turn, what evaluation scores): " if (
+                s.loss_positions_from) else "expected: "  # fmt: skip
+            console.print(Text(said, style="bold") + Text(s.expected))
         for note in s.notes:
             console.print(Text(f"WARN: {note}", style="yellow"))
         console.print()
@@ -181,7 +206,8 @@ def print_samples(samples: list[Sample], console: Any) -> None:
         console.print(
             Text(
                 f"{SEPARATOR} separates tokens, {NEWLINE} newline, {SPACE} space, "
-                f"{TAB} tab, {SCISSORS} truncation point",
+                f"{TAB} tab, {SCISSORS} truncation point"
+                + (f", {LOSS_OPEN}...{LOSS_CLOSE} loss positions" if marked else ""),
                 style="dim",
             )
         )

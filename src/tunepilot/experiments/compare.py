@@ -53,14 +53,16 @@ class RunLine:
     run_id: str
     variant: str
     seed: int
+    # how it ended, and why the numbers leave it out (None: it counts)
     status: str
-    reason: str
+    reason: str = ""
+    excluded: str | None = None
     retry_of: str | None = None
+    # the evidence it contributes: its final validation evaluation
     evaluation_id: int | None = None
     eval_config_hash: str | None = None
     data_version: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
-    excluded: str | None = None
 
 
 @dataclass
@@ -168,7 +170,7 @@ def compare_ledger(
 
 
 def _line(ledger: Any, r: Any) -> RunLine:
-    line = RunLine(r.id, r.variant, r.seed, r.status, r.reason or "", r.retry_of)
+    line = RunLine(r.id, r.variant, r.seed, r.status, r.reason or "", retry_of=r.retry_of)
     if r.status != "completed":
         line.excluded = f"{r.status}: {r.reason}" if r.reason else r.status
         return line

@@ -87,7 +87,7 @@ def baseline(ws: Workspace, as_json: bool) -> int:
     if as_json:
         print_json({"metrics": result.metrics, "config_hash": result.config_hash})
     else:
-        console.print(f"baseline on validation (H3): {_headline(result.metrics)}; "
+        console.print(f"baseline (H3): {_headline(result.metrics)}; "
                       f"predictions kept in {ws.root / 'baseline'}")
     return 0
 
@@ -238,9 +238,12 @@ def note(ws: Workspace, text: str, run_id: str | None) -> int:
 
 
 def _headline(metrics: dict[str, Any]) -> str:
-    keys = ("accuracy", "macro_f1", "json_validity", "required_field_presence", "loss")
+    """The validation numbers after a run, named as such: a bare "loss" here was read as the
+    training loss the progress line shows just above."""
+    keys = ("accuracy", "macro_f1", "json_validity", "required_field_presence", "exact_match",
+            "token_f1", "loss")  # fmt: skip
     shown = [f"{k} {metrics[k]:.4f}" for k in keys if isinstance(metrics.get(k), int | float)]
-    return ", ".join(shown)
+    return f"validation {', '.join(shown)}" if shown else ""
 
 
 def _outcome_json(o: Any) -> dict[str, Any]:

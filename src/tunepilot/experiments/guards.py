@@ -36,27 +36,14 @@ def check_guards(
 ) -> list[Finding]:
     """Every guard of the campaign's hypothesis on `metrics`, one Finding per guard (H2).
 
-    `baseline_metrics` / `control_metrics` are the references a class may not drop below by
-    more than `max_class_drop`; pass None when there is none (judging the control itself, or no
-    comparable baseline): the vs-baseline guard then WARNs that it could not be judged, the
-    vs-control guard is simply not part of the list.
+    Classification is judged per class, never only on the mean; generation on its format
+    rates (`format_guards`). `baseline_metrics` / `control_metrics` are the references a class
+    may not drop below by more than `max_class_drop`; pass None when there is none (judging the
+    control itself, or no comparable baseline): the vs-baseline guard then WARNs that it could
+    not be judged, the vs-control guard is simply not part of the list.
     """
-    if campaign.hypothesis.is_classification:
-        return classification_guards(campaign, metrics, baseline_metrics, control_metrics)
-    return format_guards(campaign, metrics)
-
-
-# --------------------------------------------------------------------------------------------
-# classification: per class, never only the mean
-# --------------------------------------------------------------------------------------------
-
-
-def classification_guards(
-    campaign: Campaign,
-    metrics: dict[str, Any],
-    baseline_metrics: dict[str, Any] | None,
-    control_metrics: dict[str, Any] | None,
-) -> list[Finding]:
+    if not campaign.hypothesis.is_classification:
+        return format_guards(campaign, metrics)
     g = campaign.hypothesis.classification_guards
     per_class = _per_class(metrics, g.metric)
     findings = [_floors(per_class, g.metric, g.per_class_floor, g.class_floors)]

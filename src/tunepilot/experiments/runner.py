@@ -179,7 +179,9 @@ def trackers_for(
                 "task": campaign.hypothesis.task}  # fmt: skip
     params = {**identity, "lr": t.lr, "microbatch": t.microbatch, "accumulation": t.accumulation,
               "scheduler": t.scheduler, "precision": t.precision, "method": m.method,
-              "base_model": m.name_or_path, "base_revision": m.revision}  # fmt: skip
+              "base_model": m.name_or_path,  # the commit it resolved to (P4), never "None"
+              "base_revision": ws.model_source.resolved_commit or m.revision}  # fmt: skip
+    params = {k: v for k, v in params.items() if v is not None}
     if m.method == "lora":
         params.update(lora_r=m.lora.r, lora_alpha=m.lora.alpha,
                       lora_target_modules=",".join(m.lora.target_modules))  # fmt: skip
@@ -242,8 +244,9 @@ def execute_run(
 
     last_eval: list[Any] = []  # the loop always evaluates the final weights; keep that one
 
-    def evaluate_point(model: Any) -> dict[str, Any]:
-        last_eval[:] = [session.evaluate(model, campaign)]
+    def evaluate_point(model: Any) -> dict[str, Any]:  # shown under training's own progress
+        label = f"validation of {run_id}" if progress is not False else None
+        last_eval[:] = [session.evaluate(model, campaign, label=label)]
         return last_eval[0].metrics
 
     try:

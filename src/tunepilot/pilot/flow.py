@@ -19,15 +19,15 @@ configuration.
 from __future__ import annotations
 
 import json
-import math
 import secrets
 import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from tunepilot.campaign import stable_hash
+from tunepilot.console import json_safe
 from tunepilot.data.workspace import Workspace
 from tunepilot.measure.memory import MemoryProbe
 from tunepilot.pilot.child import export_gate, resume_gate
@@ -45,6 +45,7 @@ from tunepilot.pilot.gates import (
 from tunepilot.pilot.overfit import overfit_gate
 from tunepilot.pilot.phases import Gate, GateRow, PilotHooks, PilotState, gate_table, run_gate
 from tunepilot.pilot.stale import environment_gate
+from tunepilot.progress import Progress
 from tunepilot.verdict import Verdict
 
 GATES = (
@@ -116,6 +117,15 @@ def new_state(
     return PilotState(ws, pilot_id, folder, campaign, seed, device, probe, hooks or PilotHooks())
 
 
+class PilotOptions(TypedDict, total=False):
+    """How a pilot runs: profiler tensor bytes, the card and catalog it plans for, test hooks."""
+
+    tensors: bool
+    gpu: str | None
+    hooks: PilotHooks | None
+    catalog: Path | None
+
+
 def execute_pilot(
     ws: Workspace,
     *,
@@ -133,8 +143,12 @@ def execute_pilot(
     pilot_id, folder = new_pilot_folder(ws.pilots_dir)
     state = new_state(ws, pilot_id, folder, tensors=tensors, hooks=hooks)
     rows: dict[str, GateRow] = {}
-    for gate in GATES:
-        rows[gate.name] = run_gate(state, gate, rows)
+    with Progress(f"pilot {pilot_id}", len(GATES), "gates", heartbeat=True) as shown:
+        for number, gate in enumerate(GATES):
+            shown.advance(number, f"gate {gate.number} {gate.name}")
+            rows[gate.name] = run_gate(state, gate, rows)
+        shown.note = ""
+        shown.advance(len(GATES))
     verdicts = {r.verdict for r in rows.values()}
     overall = next((v for v in (Verdict.FAIL, Verdict.WARN) if v in verdicts), Verdict.PASS)
     payload = {
@@ -158,21 +172,13 @@ def execute_pilot(
     return PilotResult(pilot_id, folder, list(rows.values()), payload, sizing)
 
 
-def run_pilot(
-    ws: Workspace,
-    *,
-    as_json: bool,
-    tensors: bool = False,
-    gpu: str | None = None,
-    hooks: PilotHooks | None = None,
-    catalog: Path | None = None,
-) -> int:
+def run_pilot(ws: Workspace, *, as_json: bool, **options: Unpack[PilotOptions]) -> int:
     """`tunepilot pilot`: 1 when a gate FAILed, else 0 (WARN passes, with its sentence)."""
     from tunepilot.console import console, print_json
 
-    result = execute_pilot(ws, tensors=tensors, gpu=gpu, hooks=hooks, catalog=catalog)
+    result = execute_pilot(ws, **options)
     if as_json:
-        print_json(_json_safe(result.payload | {"sizing": result.sizing}))
+        print_json(json_safe(result.payload | {"sizing": result.sizing}))
     else:
         console.print(gate_table(result.rows, f"pilot {result.pilot_id}: {ws.campaign.name}"))
         rel = result.folder.relative_to(ws.root)
@@ -181,20 +187,9 @@ def run_pilot(
     return 1 if result.failed else 0
 
 
-def _json_safe(value: Any) -> Any:
-    """JSON has no NaN or Infinity: such floats become their text; paths become strings."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return str(value) if isinstance(value, Path) else value
-
-
 def write_json(path: Path, payload: Any) -> None:
     """Atomic: a reader never sees half a file."""
-    text = json.dumps(_json_safe(payload), indent=2, ensure_ascii=False, default=str)
+    text = json.dumps(json_safe(payload), indent=2, ensure_ascii=False, default=str)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
@@ -276,7 +271,7 @@ def write_sizing(
     lines += [f"**Next:** {out['sentence']}.", ""]
     write_json(state.folder / "sizing.json", out)
     (state.folder / "plan.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return _json_safe(out)
+    return json_safe(out)
 
 
 def _memory_section(state: PilotState, out: dict[str, Any]) -> list[str]:

@@ -72,13 +72,16 @@ def fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
+Points = list[tuple[float, float | None]]
+
+
 @dataclass
 class Series:
     """One line: points (x, y); y None or non-finite is a gap. `end` marks how it ended."""
 
     name: str
     colour: str
-    points: list[tuple[float, float | None]]
+    points: Points
     dash: str = ""
     end: str = ""  # "" (finished), "diverged" (cross) or "stopped" (open circle)
     dots: bool = False  # draw every point (validation points) as well as the line
@@ -86,13 +89,10 @@ class Series:
     faint: bool = False  # the raw line under its smoothed one: thin and light
 
 
-Points = list[tuple[float, float | None]]
-
-
 def smoothed(points: Points, weight: float) -> Points:
     """TensorBoard's smoothing: an exponential moving average, debiased so the first points
     are not pulled towards zero; a gap (non-finite loss) stays a gap."""
-    out: list[tuple[float, float | None]] = []
+    out: Points = []
     last, steps = 0.0, 0
     for x, y in points:
         if not _finite(y):
@@ -135,7 +135,7 @@ class Frame:
         )
 
 
-def _thin(points: list[tuple[float, float | None]]) -> list[tuple[float, float | None]]:
+def _thin(points: Points) -> Points:
     if len(points) <= MAX_POINTS:
         return points
     step = math.ceil(len(points) / MAX_POINTS)
@@ -162,23 +162,28 @@ def _y_range(values: list[float], y_range: tuple[float, float] | None) -> tuple[
     return (lo - pad if lo - pad > 0 or lo < 0 else 0.0), hi + pad
 
 
+def _tick(
+    line: tuple[float, float, float, float], kind: str, at: tuple[float, float], anchor: str,
+    value: float,
+) -> list[str]:
+    """One tick: its line (x1, x2, y1, y2) of class `kind` and its label at `at`."""
+    x1, x2, y1, y2 = line
+    return [f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y1:.1f}" y2="{y2:.1f}" class="{kind}"/>',
+            f'<text x="{at[0]:.1f}" y="{at[1]:.1f}" text-anchor="{anchor}" '
+            f'class="tick">{esc(fmt(value))}</text>']  # fmt: skip
+
+
 def _axes(f: Frame, x_label: str, y_label: str) -> list[str]:
-    out = []
+    out: list[str] = []
+    base = f.height - f.bottom
     for t in nice_ticks(f.y0, f.y1):
         if f.y0 <= t <= f.y1:
-            y = f.y(t)
-            out.append(f'<line x1="{f.left}" x2="{f.width - f.right}" y1="{y:.1f}" '
-                       f'y2="{y:.1f}" class="grid"/>')  # fmt: skip
-            out.append(f'<text x="{f.left - 6}" y="{y + 4:.1f}" text-anchor="end" '
-                       f'class="tick">{esc(fmt(t))}</text>')  # fmt: skip
+            y = f.y(t)  # a grid line across the plot, its value left of the axis
+            out += _tick((f.left, f.width - f.right, y, y), "grid", (f.left - 6, y + 4), "end", t)
     for t in nice_ticks(f.x0, f.x1, 6, integer=f.integer_x):
         if f.x0 <= t <= f.x1:
-            x = f.x(t)
-            out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{f.height - f.bottom}" '
-                       f'y2="{f.height - f.bottom + 4}" class="axis"/>')  # fmt: skip
-            out.append(f'<text x="{x:.1f}" y="{f.height - f.bottom + 16}" text-anchor="middle" '
-                       f'class="tick">{esc(fmt(t))}</text>')  # fmt: skip
-    base = f.height - f.bottom
+            x = f.x(t)  # a short mark below the axis, its value under it
+            out += _tick((x, x, base, base + 4), "axis", (x, base + 16), "middle", t)
     out.append(f'<line x1="{f.left}" x2="{f.width - f.right}" y1="{base}" y2="{base}" '
                'class="axis"/>')  # fmt: skip
     out.append(f'<line x1="{f.left}" x2="{f.left}" y1="{f.top}" y2="{base}" class="axis"/>')
@@ -211,15 +216,8 @@ def line_chart(series: list[Series], *, title: str, x_label: str, y_label: str,
     x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
     if x_min is not None:
         x0 = min(x_min, x0)
-    f = Frame(
-        width,
-        height,
-        x0,
-        x1 if x1 > x0 else x0 + 1,
-        lo,
-        hi,
-        integer_x=all(float(x).is_integer() for x in xs),
-    )
+    f = Frame(width, height, x0, x1 if x1 > x0 else x0 + 1, lo, hi,
+              integer_x=all(float(x).is_integer() for x in xs))  # fmt: skip
     body = _axes(f, x_label, y_label)
     for s in series:
         pts = _thin(s.points)
@@ -254,7 +252,7 @@ def line_chart(series: list[Series], *, title: str, x_label: str, y_label: str,
     return _svg(width, height, title, body, "line-chart")
 
 
-def _end_marker(f: Frame, s: Series, pts: list[tuple[float, float | None]], label: str) -> str:
+def _end_marker(f: Frame, s: Series, pts: Points, label: str) -> str:
     """A cross where a diverged line ends (at the top edge when its last loss is not finite),
     an open circle where a stopped one ends."""
     x, y = pts[-1]
@@ -295,10 +293,7 @@ def interval_chart(rows: list[Interval], *, title: str, metric: str, level: floa
     for t in nice_ticks(f.x0, f.x1, 6):
         if f.x0 <= t <= f.x1:
             x = f.x(t)
-            body.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{height - 40}" '
-                        'class="grid"/>')  # fmt: skip
-            body.append(f'<text x="{x:.1f}" y="{height - 26}" text-anchor="middle" '
-                        f'class="tick">{esc(fmt(t))}</text>')  # fmt: skip
+            body += _tick((x, x, top, height - 40), "grid", (x, height - 26), "middle", t)
     zx = f.x(0.0)
     body.append(f'<line x1="{zx:.1f}" x2="{zx:.1f}" y1="{top - 4}" y2="{height - 36}" '
                 'class="zero"/>')  # fmt: skip
@@ -348,10 +343,7 @@ def bar_chart(categories: list[str], bars: list[Bars], *, title: str, metric: st
     body: list[str] = []
     for t in nice_ticks(0.0, top_value, 5):
         x = f.x(t)
-        body.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{height - 36}" '
-                    'class="grid"/>')  # fmt: skip
-        body.append(f'<text x="{x:.1f}" y="{height - 22}" text-anchor="middle" class="tick">'
-                    f"{esc(fmt(t))}</text>")  # fmt: skip
+        body += _tick((x, x, top, height - 36), "grid", (x, height - 22), "middle", t)
     body.append(f'<text x="{(left + width - right) / 2:.0f}" y="{height - 4}" '
                 f'text-anchor="middle" class="label">{esc(metric)}</text>')  # fmt: skip
     for i, cat in enumerate(categories):

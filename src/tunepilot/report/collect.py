@@ -13,7 +13,6 @@ derived from this dict (`tunepilot.report.limits`), never written as fixed prose
 from __future__ import annotations
 
 import json
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,17 +20,13 @@ from typing import Any
 import yaml
 
 from tunepilot.campaign import stable_hash
+from tunepilot.console import json_safe
 from tunepilot.data.workspace import Workspace
 from tunepilot.report.examples import changed_examples
 from tunepilot.report.limits import observed_limits
 from tunepilot.report.per_class import per_class_series
 from tunepilot.report.pictures import data_pictures
 
-HEADLINES = {
-    "classification": ("macro_f1", "accuracy"),
-    "extraction": ("field_token_f1_macro", "json_validity"),
-    "format": ("token_f1", "exact_match"),
-}
 ENDED_BADLY = ("diverged", "interrupted", "failed", "invalid")
 
 
@@ -65,17 +60,6 @@ def scalars(metrics: Any) -> dict[str, Any]:
     if not isinstance(metrics, dict):
         return {}
     return {k: v for k, v in metrics.items() if isinstance(v, int | float | str | None)}
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN: non-finite floats become their text, recursively."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _mtime(path: Path) -> str | None:
@@ -119,7 +103,7 @@ def collect(ws: Workspace) -> dict[str, Any]:
     d["exports"] = _exports(ws, d["runs"])
     d["environment"] = _environment(ws, d["runs"], d["pilot"])
     d["limits"] = observed_limits(d)  # last: derived from everything above
-    return _finite(d)
+    return json_safe(d)
 
 
 COMMANDS = {

@@ -33,11 +33,13 @@ def changed_examples(
     from tunepilot.ledger import BASELINE, Ledger
 
     with Ledger.open(ws.ledger_path) as ledger:
-        sides = []
+        sides, classes = [], []
         for run_id in (BASELINE, done[0]["id"]):
             evals = [x for x in ledger.evaluations(run_id) if x.split == "validation"]
             sides.append({p.example_id: p for p in ledger.predictions(evals[-1].id)}
                          if evals else {})  # fmt: skip
+            # every class of the data version, in id order: per_class holds the unseen too
+            classes = list((evals[-1].metrics.get("per_class") or {}) if evals else [])
     base, chosen = sides
     if not base or not chosen:
         return None
@@ -56,8 +58,9 @@ def changed_examples(
     out["counts"] |= {"fixed": len(out["fixed"]), "broke": len(out["broke"])}
     rows = [p.row or {} for p in chosen.values()]
     if ws.campaign.hypothesis.is_classification and all("gold" in r and "pred" in r for r in rows):
-        labels = list(ws.campaign.data.labels or sorted({str(r[k]) for r in rows
-                                                         for k in ("gold", "pred")}))  # fmt: skip
+        seen = sorted({str(r[k]) for r in rows for k in ("gold", "pred")} - set(classes))
+        labels = list(ws.campaign.data.labels or classes) + seen  # a row's class is never dropped
+        labels = list(dict.fromkeys(labels))
         grid = [[0] * len(labels) for _ in labels]
         for r in rows:
             if str(r["gold"]) in labels and str(r["pred"]) in labels:

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from tunepilot.campaign import CLASSIFICATION_TASKS
+from tunepilot.experiments.compare import HEADLINES
 from tunepilot.measure.memory import human_bytes
 from tunepilot.report.elements import (
     badge,
@@ -28,17 +29,12 @@ from tunepilot.report.elements import (
 )
 from tunepilot.report.pictures import pictures_html
 
-HEADLINES = {
-    "classification": ("macro_f1", "accuracy"),
-    "image_classification": ("macro_f1", "accuracy"),
-    "extraction": ("field_token_f1_macro", "json_validity"),
-    "format": ("token_f1", "exact_match"),
-}
 ROW_CLASS = {"FAIL": "r-fail", "WARN": "r-warn", "diverged": "r-fail", "failed": "r-fail",
              "interrupted": "r-warn", "invalid": "r-warn"}  # fmt: skip
 
 
 def headlines(d: dict[str, Any]) -> tuple[str, ...]:
+    """The metrics the comparison decides on, the same for the dossier's tables and charts."""
     return HEADLINES.get(d["title"]["task"], ("loss",))
 
 

@@ -8,10 +8,17 @@ from a re-implementation of it, in one of two ways (the encoding records which):
   assistant-only-loss templates do) lets transformers return the assistant tokens itself
   (`apply_chat_template(..., return_assistant_tokens_mask=True)`).
 - `prefix diff`: otherwise each assistant turn is located by rendering the conversation up to
-  the turn with the generation prompt, and up to the end of the turn; the characters between
-  the two renderings are the turn (its end-of-turn marker included, so the model learns to
-  stop), and the tokens whose offsets fall there carry its loss. A template that renders an
-  earlier prefix differently once more turns follow is refused: there is no honest mask.
+  the turn with the generation prompt, and up to the end of the turn; where each of the two
+  renderings stops agreeing with the whole conversation's are the turn's ends (its
+  end-of-turn marker included, so the model learns to stop), and the tokens whose offsets fall
+  there carry its loss. A rendering may differ from the whole one only by special tokens or
+  whitespace in its tail (Phi-3 closes a conversation with EOS, not each turn); a template
+  that renders an earlier turn otherwise once more turns follow (one that drops the reasoning
+  of earlier answers) is refused, as is one whose located span does not hold the turn's text:
+  there is no honest mask.
+
+A template that refuses a conversation (`raise_exception`: roles must alternate, no system
+role) is the row's input error, named by file:line with the template's own message.
 
 Evaluation prompts the model with every turn before the last assistant turn and scores what it
 writes against that turn.
@@ -20,14 +27,13 @@ writes against that turn.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 from tunepilot.campaign import ChatSettings, stable_hash
 from tunepilot.errors import InputError, Problem
-from tunepilot.tasks.base import IGNORE_INDEX, Encoded
-from tunepilot.tasks.classification import tokenizer_identity
+from tunepilot.tasks.base import Encoded
 from tunepilot.tasks.example import Example
-from tunepilot.tasks.generation import answer_text, gold_object
+from tunepilot.tasks.generation import AnswerRules, CausalLMEncoder
 
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 MaskMethod = Literal["generation tags", "prefix diff"]
@@ -37,21 +43,13 @@ def _refuse(where: str, found: str, fix: str, title: str = "invalid chat templat
     return InputError([Problem(where, found, fix)], title=title)
 
 
-class ChatEncoder:
+class ChatEncoder(CausalLMEncoder):
     """Encode a conversation with the chat template; loss on assistant turns only (D5)."""
 
-    kind = "causal_lm"
     uses_chat_template = True  # the rendered text holds its special tokens (BOS included)
 
     def __init__(
-        self,
-        tokenizer: Any,
-        chat: ChatSettings,
-        max_length: int,
-        mask_prompt: bool = True,
-        task: Literal["extraction", "format"] = "format",
-        required_fields: list[str] | None = None,
-        schema: dict[str, Any] | None = None,
+        self, tokenizer: Any, chat: ChatSettings, max_length: int, **answers: Unpack[AnswerRules]
     ) -> None:
         template = chat.chat_template_jinja or getattr(tokenizer, "chat_template", None)
         if not template:
@@ -70,28 +68,47 @@ class ChatEncoder:
                 "save the model with its fast tokenizer (tokenizer.json)",
                 title="tokenizer cannot locate turns",
             )
-        self.tokenizer = tokenizer
+        super().__init__(tokenizer, max_length, **{"task": "format", **answers})
         self.chat = chat
         self.template: str = template
-        self.max_length = max_length
-        self.mask_prompt = mask_prompt
-        self.task = task
-        self.required_fields = list(required_fields or [])
-        self.schema = schema
         self.mask_method: MaskMethod = (
             "generation tags" if _GENERATION_TAG.search(template) else "prefix diff"
         )
-        self._identity = tokenizer_identity(tokenizer)
 
     # -- rendering -----------------------------------------------------------------------------
 
-    def render(self, turns: list[dict[str, str]], generation_prompt: bool = False) -> str:
-        return self.tokenizer.apply_chat_template(
-            turns,
-            chat_template=self.template,
-            tokenize=False,
-            add_generation_prompt=generation_prompt,
-        )
+    def render(
+        self, turns: list[dict[str, str]], generation_prompt: bool = False, where: str = ""
+    ) -> str:
+        return self._apply(where, turns, tokenize=False, add_generation_prompt=generation_prompt)
+
+    def _apply(self, where: str, turns: list[dict[str, str]], **options: Any) -> Any:
+        """`apply_chat_template` with this template; what the template refuses is an input
+        error naming the row (or the template, for a syntax error), never a traceback."""
+        from jinja2 import TemplateError, TemplateSyntaxError
+
+        try:
+            return self.tokenizer.apply_chat_template(
+                turns, chat_template=self.template, **options
+            )
+        except TemplateSyntaxError as exc:
+            origin = ("data.chat.chat_template_jinja" if self.chat.chat_template_jinja
+                      else "the tokenizer's chat_template")  # fmt: skip
+            raise _refuse(
+                origin,
+                f"the chat template is not valid Jinja (line {exc.lineno}: {exc.message})",
+                "fix the template, or set data.chat.chat_template_jinja to one that renders",
+            ) from None
+        except TemplateError as exc:
+            roles = ", ".join(t["role"] for t in turns)
+            raise _refuse(
+                where or "data.chat",
+                f"the chat template refuses this conversation ({exc}); its roles are {roles}",
+                "make the row follow the template's rule (e.g. fold a system turn into the "
+                "first user turn, alternate user and assistant), or set "
+                "data.chat.chat_template_jinja to a template that accepts it",
+                title="conversation refused by the chat template",
+            ) from None
 
     def _turns(self, example: Example) -> list[dict[str, str]]:
         if not example.messages:
@@ -109,31 +126,21 @@ class ChatEncoder:
     def render_prompt(self, example: Example) -> str:
         """Every turn before the last assistant turn, then the template's generation prompt."""
         turns = self._turns(example)
-        return self.render(turns[: self._last_answer_index(turns)], generation_prompt=True)
+        prompt = turns[: self._last_answer_index(turns)]
+        return self.render(prompt, generation_prompt=True, where=example.source)
 
     def prompt_ids(self, example: Example) -> list[int]:
         """The evaluation prompt's ids, cut to max_length as in training."""
         ids = self.tokenizer(self.render_prompt(example), add_special_tokens=False)["input_ids"]
         return list(ids)[: self.max_length]
 
-    def answer_text(self, example: Example) -> str:
-        return answer_text(example, self.task)
-
-    def gold_object(self, example: Example) -> dict[str, Any]:
-        return gold_object(example)
-
     # -- where the assistant turns are ------------------------------------------------------------
 
     def _spans_by_generation_tags(
         self, example: Example, turns: list[dict[str, str]]
     ) -> tuple[list[int], list[tuple[int, int]]]:
-        out = self.tokenizer.apply_chat_template(
-            turns,
-            chat_template=self.template,
-            tokenize=True,
-            return_dict=True,
-            return_assistant_tokens_mask=True,
-        )
+        out = self._apply(example.source, turns, tokenize=True, return_dict=True,
+                          return_assistant_tokens_mask=True)  # fmt: skip
         ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
         spans: list[tuple[int, int]] = []
         for i, flag in enumerate(mask):
@@ -146,29 +153,44 @@ class ChatEncoder:
     def _spans_by_prefix_diff(
         self, example: Example, turns: list[dict[str, str]]
     ) -> tuple[list[int], list[tuple[int, int]]]:
-        full = self.render(turns)
+        where = example.source
+        full = self.render(turns, where=where)
         char_spans = []
         for i, turn in enumerate(turns):
             if turn["role"] != "assistant":
                 continue
-            before = self.render(turns[:i], generation_prompt=True)
-            through = self.render(turns[: i + 1])
-            if not (full.startswith(before) and full.startswith(through)):
+            before = self.render(turns[:i], generation_prompt=True, where=where)
+            through = self.render(turns[: i + 1], where=where)
+            start, end = self._prefix_end(before, full), self._prefix_end(through, full)
+            if start is None or end is None or turn["content"].strip() not in full[start:end]:
                 raise _refuse(
-                    f"{example.source} (turn {i + 1})",
+                    f"{where} (turn {i + 1})",
                     "the chat template renders the conversation up to this turn differently "
                     "once later turns follow, so the turn's tokens cannot be located",
                     "use a template that marks assistant text with {% generation %} ... "
                     "{% endgeneration %} in data.chat.chat_template_jinja",
                 )
-            char_spans.append((len(before), len(through)))
+            char_spans.append((start, end))
         enc = self.tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
         ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
         spans = []
         for start, end in char_spans:
             inside = [k for k, (a, b) in enumerate(offsets) if b > start and a < end]
-            spans.append((inside[0], inside[-1] + 1) if inside else (start, start))
+            spans.append((inside[0], inside[-1] + 1))  # never empty: it holds the turn's text
         return ids, spans
+
+    def _prefix_end(self, part: str, whole: str) -> int | None:
+        """Where `part` ends inside `whole`: its length if it is a prefix, else the length
+        left once special tokens and whitespace are peeled off its end (a tail such as the EOS
+        Phi-3 writes only after the last turn); None when no such prefix is found."""
+        markers = sorted(self.tokenizer.all_special_tokens, key=len, reverse=True)
+        while not whole.startswith(part):
+            peeled = part.rstrip() if part != part.rstrip() else next(
+                (part[: -len(m)] for m in markers if m and part.endswith(m)), part)  # fmt: skip
+            if peeled == part:
+                return None
+            part = peeled
+        return len(part)
 
     # -- the protocol --------------------------------------------------------------------------
 
@@ -189,43 +211,14 @@ class ChatEncoder:
                 "assistant turn(s)",
                 "wrap each assistant message, and only those, in {% generation %}",
             )
-        numbered = list(enumerate(spans, start=1))
+        numbers = list(range(1, len(spans) + 1))
         if self.chat.assistant_turns == "last":
-            numbered = numbered[-1:]
-        ids = full[: self.max_length]
-        labels = [IGNORE_INDEX] * len(ids) if self.mask_prompt else list(ids)
-        for _, (start, end) in numbered:
-            for k in range(start, min(end, len(ids))):
-                labels[k] = ids[k]
-        cut = [n for n, (_, end) in numbered if end > len(ids)]
-        first_loss = next((k for k, t in enumerate(labels) if t != IGNORE_INDEX), len(ids))
-        return Encoded(
-            example_id=example.id,
-            input_ids=ids,
-            labels=labels,
-            prompt_length=first_loss,
-            truncated=len(full) > len(ids),
-            target_truncated=bool(cut),
-            full_length=len(full),
-            cut_turns=cut,
-        )
-
-    def expected_target(self, example: Example) -> str:
-        return self.answer_text(example)
-
-    def training_view(self) -> ChatEncoder:
-        return self
+            numbers, spans = numbers[-1:], spans[-1:]
+        return self._loss_on(example, full, spans, turns=numbers)
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "task": self.task,
-            "tokenizer": self._identity,
-            "max_length": self.max_length,
-            "chat": self.chat.model_dump(mode="json"),
-            "chat_template_hash": stable_hash(self.template),
-            "loss_mask_method": self.mask_method,
-            "mask_prompt": self.mask_prompt,
-            "required_fields": self.required_fields,
-            "schema": self.schema,
-        }
+        return self._described(
+            chat=self.chat.model_dump(mode="json"),
+            chat_template_hash=stable_hash(self.template),
+            loss_mask_method=self.mask_method,
+        )

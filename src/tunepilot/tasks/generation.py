@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import string
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from tunepilot.campaign import stable_hash
 from tunepilot.errors import InputError, Problem
@@ -77,20 +77,103 @@ def gold_object(example: Example) -> dict[str, Any]:
     return target
 
 
-class GenerationEncoder:
-    """Encode prompt + answer + EOS for a causal LM, with the prompt masked from the loss (D5)."""
+class AnswerRules(TypedDict, total=False):
+    """How a causal-LM answer is trained and judged, the same for a template and a chat."""
+
+    mask_prompt: bool
+    task: Literal["extraction", "format"]
+    required_fields: list[str] | None
+    schema: dict[str, Any] | None
+
+
+class CausalLMEncoder:
+    """What every causal-LM encoder shares: the answer the model must write (EOS-terminated,
+    judged by the task's required fields and schema), the cut at max_length, the loss mask."""
 
     kind = "causal_lm"
 
     def __init__(
         self,
         tokenizer: Any,
-        template: str,
         max_length: int,
         mask_prompt: bool = True,
         task: Literal["extraction", "format"] = "extraction",
         required_fields: list[str] | None = None,
         schema: dict[str, Any] | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.mask_prompt = mask_prompt
+        self.task = task
+        self.required_fields = list(required_fields or [])
+        self.schema = schema
+        self._identity = tokenizer_identity(tokenizer)
+
+    def answer_text(self, example: Example) -> str:
+        """The answer the model must write, without EOS."""
+        return answer_text(example, self.task)
+
+    def gold_object(self, example: Example) -> dict[str, Any]:
+        """The extraction target as a JSON object."""
+        return gold_object(example)
+
+    def expected_target(self, example: Example) -> str:
+        return self.answer_text(example)
+
+    def training_view(self) -> CausalLMEncoder:
+        return self
+
+    def _loss_on(
+        self,
+        example: Example,
+        full: list[int],
+        spans: list[tuple[int, int]],
+        *,
+        prompt_length: int | None = None,
+        turns: list[int] | None = None,
+    ) -> Encoded:
+        """`full` cut to max_length (truncation keeps the start), loss on the token `spans`
+        (every token when data.mask_prompt is false). A span the cut reaches into is a
+        truncated target (S6), named by its number in `turns` when the spans are turns.
+        `prompt_length` defaults to the first position carrying loss."""
+        ids = full[: self.max_length]
+        labels = [IGNORE_INDEX] * len(ids) if self.mask_prompt else list(ids)
+        for start, end in spans:
+            for k in range(start, min(end, len(ids))):
+                labels[k] = ids[k]
+        cut = [i for i, (_, end) in enumerate(spans) if end > len(ids)]
+        first_loss = next((k for k, t in enumerate(labels) if t != IGNORE_INDEX), len(ids))
+        return Encoded(
+            example_id=example.id,
+            input_ids=ids,
+            labels=labels,
+            prompt_length=first_loss if prompt_length is None else prompt_length,
+            truncated=len(full) > len(ids),
+            target_truncated=bool(cut),
+            full_length=len(full),
+            cut_turns=[turns[i] for i in cut] if turns else [],
+        )
+
+    def _described(self, **own: Any) -> dict[str, Any]:
+        """describe(): the shared settings around what the subclass adds (it is hashed into the
+        data version's encoding, so every setting that changes the tokens is in it)."""
+        return {
+            "kind": self.kind,
+            "task": self.task,
+            "tokenizer": self._identity,
+            "max_length": self.max_length,
+            **own,
+            "mask_prompt": self.mask_prompt,
+            "required_fields": self.required_fields,
+            "schema": self.schema,
+        }
+
+
+class GenerationEncoder(CausalLMEncoder):
+    """Encode prompt + answer + EOS for a causal LM, with the prompt masked from the loss (D5)."""
+
+    def __init__(
+        self, tokenizer: Any, template: str, max_length: int, **answers: Unpack[AnswerRules]
     ) -> None:
         try:
             fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
@@ -127,16 +210,10 @@ class GenerationEncoder:
                 ],
                 title="invalid tokenizer",
             )
-        self.tokenizer = tokenizer
+        super().__init__(tokenizer, max_length, **answers)
         self.template = template
-        self.max_length = max_length
-        self.mask_prompt = mask_prompt
-        self.task = task
-        self.required_fields = list(required_fields or [])
-        self.schema = schema
         self.template_fields = [f for f in dict.fromkeys(fields) if f != "text"]
         self.uses_chat_template = bool(getattr(tokenizer, "chat_template", None))
-        self._identity = tokenizer_identity(tokenizer)
 
     # -- the two halves ------------------------------------------------------------------------
 
@@ -161,14 +238,6 @@ class GenerationEncoder:
         return self.tokenizer.apply_chat_template(
             [{"role": "user", "content": body}], add_generation_prompt=True, tokenize=False
         )
-
-    def answer_text(self, example: Example) -> str:
-        """The answer the model must write, without EOS."""
-        return answer_text(example, self.task)
-
-    def gold_object(self, example: Example) -> dict[str, Any]:
-        """The extraction target as a JSON object."""
-        return gold_object(example)
 
     def prompt_ids(self, example: Example) -> list[int]:
         """Prompt token ids, cut to max_length as in training: what generation starts from.
@@ -200,41 +269,15 @@ class GenerationEncoder:
                 "input_ids"
             ]
         )
-        answer = self._answer_ids(example)
-        full = prompt + answer
-        ids = full[: self.max_length]
-        n_prompt = min(len(prompt), len(ids))
-        prompt_labels = [IGNORE_INDEX] * n_prompt if self.mask_prompt else ids[:n_prompt]
-        labels = prompt_labels + ids[n_prompt:]
-        return Encoded(
-            example_id=example.id,
-            input_ids=ids,
-            labels=labels,
-            prompt_length=n_prompt,
-            truncated=len(full) > len(ids),
-            target_truncated=len(full) > len(ids),
-            full_length=len(full),
-        )
-
-    def expected_target(self, example: Example) -> str:
-        return self.answer_text(example)
-
-    def training_view(self) -> GenerationEncoder:
-        return self
+        full = prompt + self._answer_ids(example)
+        n_prompt = min(len(prompt), self.max_length)
+        return self._loss_on(example, full, [(len(prompt), len(full))], prompt_length=n_prompt)
 
     def describe(self) -> dict[str, Any]:
         chat = getattr(self.tokenizer, "chat_template", None)
-        return {
-            "kind": self.kind,
-            "task": self.task,
-            "tokenizer": self._identity,
-            "max_length": self.max_length,
-            "template": self.template,
-            "chat_template_hash": stable_hash(chat) if chat else None,
-            "mask_prompt": self.mask_prompt,
-            "required_fields": self.required_fields,
-            "schema": self.schema,
-        }
+        return self._described(
+            template=self.template, chat_template_hash=stable_hash(chat) if chat else None
+        )
 
 
 def check_loss_tokens(encoded: list[Encoded]) -> list[Finding]:
@@ -242,33 +285,21 @@ def check_loss_tokens(encoded: list[Encoded]) -> list[Finding]:
     token, can divide by zero. FAIL naming them; WARN for answers that lost some tokens."""
     empty = [e.example_id for e in encoded if e.loss_tokens == 0]
     cut = [e.example_id for e in encoded if e.target_truncated and e.loss_tokens > 0]
+
+    def naming(check: str, verdict: Verdict, ids: list[str], seen: str, req: str) -> Finding:
+        sentence = f"{len(ids)} of {len(encoded)} examples {seen.format(e=', '.join(ids[:3]))}"
+        return Finding(check, verdict, sentence, requirement=req, examples=ids[:20],
+                       details={"count": len(ids)})  # fmt: skip
+
     findings: list[Finding] = []
     if empty:
-        findings.append(
-            Finding(
-                "loss tokens",
-                Verdict.FAIL,
-                f"{len(empty)} of {len(encoded)} examples have no position carrying loss "
-                f"(e.g. {', '.join(empty[:3])}): the prompt fills max_length; raise "
-                "data.max_length or shorten the template",
-                requirement="D5, S6",
-                examples=empty[:20],
-                details={"count": len(empty)},
-            )
-        )
+        findings.append(naming("loss tokens", Verdict.FAIL, empty, "have no position carrying "
+                               "loss (e.g. {e}): the prompt fills max_length; raise "
+                               "data.max_length or shorten the template", "D5, S6"))  # fmt: skip
     if cut:
-        findings.append(
-            Finding(
-                "answer truncated",
-                Verdict.WARN,
-                f"{len(cut)} of {len(encoded)} examples lose answer tokens to max_length "
-                f"(e.g. {', '.join(cut[:3])}); the model is trained on answers without their "
-                "end; raise data.max_length",
-                requirement="S6",
-                examples=cut[:20],
-                details={"count": len(cut)},
-            )
-        )
+        findings.append(naming("answer truncated", Verdict.WARN, cut, "lose answer tokens to "
+                               "max_length (e.g. {e}); the model is trained on answers without "
+                               "their end; raise data.max_length", "S6"))  # fmt: skip
     if not findings:
         findings.append(
             Finding(

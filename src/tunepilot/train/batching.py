@@ -142,24 +142,21 @@ class UpdateSampler:
 
     # -- resume (R1) ---------------------------------------------------------------------
 
+    _ORDER_SETTINGS = ("seed", "microbatch", "accumulation", "world_size", "drop_last",
+                       "bucket_by_length")  # fmt: skip
+
+    def _order_identity(self) -> dict[str, Any]:
+        """What a saved position means only together with: the data and the batching."""
+        settings = {key: getattr(self, key) for key in self._ORDER_SETTINGS}
+        return {"n_examples": len(self.lengths), "lengths_key": self._data_key, **settings}
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue at the exact next update."""
-        return {
-            "epoch": self.epoch,
-            "position": self.position,
-            "seed": self.seed,
-            "n_examples": len(self.lengths),
-            "lengths_key": self._data_key,
-            "microbatch": self.microbatch,
-            "accumulation": self.accumulation,
-            "world_size": self.world_size,
-            "drop_last": self.drop_last,
-            "bucket_by_length": self.bucket_by_length,
-        }
+        return {"epoch": self.epoch, "position": self.position, **self._order_identity()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue where `state` stopped; refuses a state made for other data or batching."""
-        mine = self.state_dict()
+        mine = self._order_identity()
         problems = [
             Problem(
                 f"checkpoint sampler.{key}",
@@ -167,7 +164,7 @@ class UpdateSampler:
                 "resume with the same data version and batching, or start a new run",
             )
             for key in mine
-            if key not in ("epoch", "position") and state.get(key) != mine[key]
+            if state.get(key) != mine[key]
         ]
         if problems:
             raise InputError(problems, title="the checkpoint's data order does not match")
