@@ -123,6 +123,9 @@ def test_h1_wrong_dotted_override_names_the_command_line_argument_not_a_yaml_lin
         ("seeds", [-1], "seeds.0", "greater than or equal to 0"),
         ("seeds", [2**70], "seeds.0", "less than or equal"),
         ("seeds", [1, 1], "seeds", "twice"),
+        ("seeds", [True], "seeds.0", "yes/no value"),
+        ("training.seed", True, "training.seed", "yes/no value"),
+        ("model.lora.target_modules", [], "model.lora.target_modules", "at least 1"),
         ("training.seed", -5, "training.seed", "greater than or equal to 0"),
         ("variants", {"../../etc": {"explain": "x", "overrides": {"training.lr": 1e-3}}},
          "variants.../../etc", "folder name"),
@@ -193,3 +196,38 @@ def test_v1_bad_run_options_exit_2_before_anything_runs(tmp_path, args, needle):
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert needle in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "tunepilot.db").exists()
+
+
+def test_issue11_16b_a_bracketed_override_is_printed_whole_not_eaten_as_markup(tmp_path):
+    """`data.cleaning=[bogus]` was shown as `data.cleaning=`: the terminal's markup took the
+    brackets. Every problem prints the argument, the value and the fix as written."""
+    (tmp_path / "data.jsonl").write_text('{"text": "x", "queue": "q"}\n')
+    path = tmp_path / "campaign.yaml"
+    path.write_text(yaml.safe_dump(MINIMAL))
+    result = subprocess.run([*TUNEPILOT, "validate", str(path), "data.cleaning=[bogus]",
+                             "seeds=[yes]"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    flat = " ".join(result.stderr.split())
+    assert "`data.cleaning=[bogus]`" in flat and "`seeds=[yes]`" in flat, flat
+    assert "yes/no value" in flat
+
+
+@pytest.mark.parametrize(
+    ("text", "override", "words"),
+    [
+        ("a: &x [*x]\n", None, "used inside itself"),
+        ("x: " + "[" * 5000 + "]" * 5000 + "\n", None, "nested too deeply"),
+        (None, "seeds=&x [*x]", "used inside itself"),
+        (None, "training.lr=" + "[" * 5000 + "]" * 5000, "nested too deeply"),
+    ],
+)
+def test_issue11_13_a_self_referencing_or_deeply_nested_yaml_is_bad_input(
+    tmp_path, text, override, words
+):
+    """Both were a RecursionError or a circular-reference ValueError (exit 3): a YAML alias
+    inside its own anchor, and nesting beyond the reader's limit, in the file or an override."""
+    path = tmp_path / "campaign.yaml"
+    path.write_text(text if text is not None else yaml.safe_dump(MINIMAL))
+    with pytest.raises(InputError, match=words) as info:
+        load_campaign(path, [override] if override else None)
+    assert str(path) in info.value.problems[0].where or "override" in info.value.problems[0].where

@@ -200,3 +200,76 @@ def test_r1_saving_the_same_step_again_replaces_it_whole(
     folder = save(tmp_path, model, optimizer, update=4)
     verify_checkpoint(folder)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000004"]
+
+
+def _rewrite_to_match(folder: Path, name: str, data: bytes) -> None:
+    """Damage one file and rewrite MANIFEST.json to match it: what a hand edit, or a writer
+    that produced a truncated file and then hashed it, leaves behind."""
+    import hashlib
+
+    (folder / name).write_bytes(data)
+    manifest = json.loads((folder / "MANIFEST.json").read_text())
+    manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (folder / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    ("name", "damage"),
+    [
+        ("adapter_model.safetensors", "truncate"),
+        ("optimizer.safetensors", "truncate"),
+        ("rng.safetensors", "truncate"),
+        ("optimizer.json", b"{not json"),
+        ("optimizer.json", b"[1]"),
+        ("optimizer.json", b'{"param_groups": [{}], "non_tensor_state": {}}'),
+        ("state.json", b"[1, 2]"),
+    ],
+)
+def test_issue11_13_a_damaged_file_its_manifest_matches_falls_back_to_the_older_checkpoint(
+    tiny_llama_dir: Path, tmp_path: Path, name: str, damage: object
+) -> None:
+    """Not a SafetensorError or JSONDecodeError traceback (exit 3): the checkpoint is refused
+    naming the file, and resume falls back to the newest older one, the model untouched."""
+    from tunepilot.train.resume_point import load_resumable
+
+    model = lora_model(tiny_llama_dir)
+    optimizer = trained(model)
+    save(tmp_path, model, optimizer, update=2)
+    at_two = trainable(model)
+    trained_more = trained(model)
+    newest = save(tmp_path, model, trained_more, update=4)
+    data = (newest / name).read_bytes()
+    _rewrite_to_match(newest, name, data[: len(data) // 2] if damage == "truncate" else damage)
+
+    fresh = lora_model(tiny_llama_dir)
+    fresh_opt = torch.optim.AdamW([p for p in fresh.parameters() if p.requires_grad], lr=1e-2)
+    load = lambda f: load_checkpoint(f, fresh, fresh_opt)  # noqa: E731
+    folder, state, refused = load_resumable(tmp_path, load)
+    assert folder.name == "step-000002" and state["update"] == 2
+    assert len(refused) == 1 and f"step-000004/{name}" in refused[0], refused
+    assert all(torch.equal(v, trainable(fresh)[k]) for k, v in at_two.items())
+
+
+def test_issue11_1_a_checkpoint_of_an_adapter_named_by_a_relative_base_never_asks_the_hub(
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Since the adapter names its base by the campaign's own (relative) name, PEFT's "auto"
+    embedding check found no local folder and asked the Hub on every save (a network call per
+    checkpoint, a warning each time). The Hub call is replaced by a tripwire: no network here."""
+    import warnings
+
+    import peft.utils.save_and_load as peft_save
+
+    def tripwire(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"asked the Hub: {args}")
+
+    monkeypatch.setattr(peft_save, "check_file_exists_on_hf_hub", tripwire)
+    model = lora_model(tiny_llama_dir)
+    for adapter in model.peft_config.values():
+        adapter.base_model_name_or_path = "base-model"  # as the runner names it
+    optimizer = trained(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Could not find a config file in base-model" included
+        folder = save(tmp_path, model, optimizer)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "base-model"

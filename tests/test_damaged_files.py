@@ -53,6 +53,9 @@ def test_r1_corrupt_config_resolved_yaml_on_resume_is_refused(tmp_path: Path, te
     with pytest.raises(InputError) as info:
         distributed_settings_of(tmp_path)
     assert info.value.problems[0].where == str(tmp_path / "config.resolved.yaml")
+    # advice that works: a checkpoint folder holds no copy of it; the retry names the run
+    fix = info.value.problems[0].fix
+    assert "checkpoint folder" not in fix and f"--retry {tmp_path.name}" in fix
 
 
 def test_d1_deeply_nested_json_line_names_its_line(tmp_path: Path):

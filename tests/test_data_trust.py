@@ -16,7 +16,12 @@ import yaml
 
 from tunepilot.campaign import DataSettings, Fields, SplitPolicy, validate_mapping
 from tunepilot.campaign.checks import check_campaign
-from tunepilot.data.audit import check_class_balance, check_group_leakage, run_audit
+from tunepilot.data.audit import (
+    check_class_balance,
+    check_group_leakage,
+    check_time_overlap,
+    run_audit,
+)
 from tunepilot.data.audit_labels import check_position_limit
 from tunepilot.data.load import load_file
 from tunepilot.data.prepare import prepare_data
@@ -73,6 +78,57 @@ def test_4_files_policy_carves_the_missing_validation_split_from_the_latest_peri
     splits = make_splits({"train": train}, SplitPolicy(policy="files", test=0.0), fields)
     assert splits["validation"]
     assert max(ex.time for ex in splits["train"]) < min(ex.time for ex in splits["validation"])
+
+
+def _conversations(n: int) -> list[Example]:
+    """n conversations of 3 turns; conversation g starts on day g and its turns run 5 days on,
+    so every period boundary cuts through a conversation."""
+    return [Example(id=f"c{g:03d}-{t}", text=f"turn {t} of conversation {g}", group=f"c{g:03d}",
+                    source=f"f.jsonl:{3 * g + t + 1}", label="a",
+                    time=f"2024-{1 + (g + 5 * t) // 28:02d}-{1 + (g + 5 * t) % 28:02d}")
+            for g in range(n) for t in range(3)]  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", ["time", "files"])
+def test_issue11_4_a_time_split_with_a_group_keeps_every_group_whole(policy: str):
+    """A time split (or a split carved from a train file by time) cut conversations at the
+    period boundary: the tool's own group leak, which the audit FAILed, advising a group split
+    that loses the time order. Whole groups go by when they began; the rows of a group that
+    ran on past the boundary are a WARN, and no advice contradicts the policy."""
+    examples = _conversations(40)
+    fields = Fields(text="text", label="label", group="group", time="time")
+    split = SplitPolicy(policy=policy, validation=0.2, test=0.2)
+    splits = make_splits({"train": examples} if policy == "files" else examples, split, fields)
+    homes = {}
+    for name, rows in splits.items():
+        for ex in rows:
+            assert homes.setdefault(ex.group, name) == name, f"{ex.group} in two splits"
+    assert splits["validation"] and splits["test"]
+    source = {"files": {"train": "f.jsonl"}} if policy == "files" else {"file": "f.jsonl"}
+    data = DataSettings.model_validate({**source, "split": split.model_dump(),
+                                        "fields": fields.model_dump()})  # fmt: skip
+    found = by_check(run_audit(prepared_of(splits), data, "classification"))
+    assert found["group leakage"].verdict is PASS
+    overlap = found["time overlap"]
+    assert overlap.verdict is WARN and "ran on past the boundary" in overlap.sentence
+    sealed = [ex.id for ex in splits["test"]]  # the seal of this very split applies cleanly
+    again = make_splits({"train": examples} if policy == "files" else examples, split, fields,
+                        sealed_test_ids=sealed)  # fmt: skip
+    assert [ex.id for ex in again["test"]] == sealed
+
+
+def test_issue11_4_a_leak_under_a_group_or_time_split_is_blamed_on_the_seal_not_the_policy():
+    """Under a policy that keeps groups whole a leak can only come from an older sealed test:
+    advising `split.policy: group` (or `time` under time) contradicted the policy in force."""
+    rows = _conversations(10)
+    splits = {"train": rows[:16], "validation": rows[14:23], "test": rows[23:]}  # c004 cut
+    for policy in ("time", "group"):
+        leak = check_group_leakage(splits, "group", policy)
+        assert leak.verdict is FAIL and "split.policy: group" not in leak.sentence
+        assert "test_seal.json" in leak.sentence
+    overlap = check_time_overlap(splits, "time", "time", "group")
+    assert overlap.verdict is FAIL and "use split.policy: time" not in overlap.sentence
+    assert "split.policy: group" in check_group_leakage(splits, "group", "random").sentence
 
 
 @pytest.mark.realdata
@@ -199,6 +255,24 @@ def test_8_validate_refuses_a_max_length_beyond_a_local_models_positions(tiny_be
     assert [p.where for p in problems] == ["variants.long.overrides data.max_length"]
     assert "max_position_embeddings 512" in problems[0].found
     assert problems[0].fix == "set it to at most 512"
+
+
+def test_issue11_8_a_max_length_beyond_the_positions_is_named_once_not_per_variant(
+    tiny_bert_dir, tmp_path
+):
+    """The campaign's own max_length (or a command-line one) is one problem: the variants that
+    inherit it, and the control that has no overrides, are not reported again."""
+    _write_rows(tmp_path / "d.jsonl", 10)
+    campaign = validate_mapping({
+        "name": "x", "hypothesis": {"behaviour": "b", "task": "classification"},
+        "model": {"name_or_path": str(tiny_bert_dir)},
+        "data": {"file": "d.jsonl", "fields": {"label": "label"}, "max_length": 4096},
+        "variants": {"lr": {"explain": "lr", "overrides": {"training.lr": 5e-5}},
+                     "long": {"explain": "x", "overrides": {"data.max_length": 8192}}},
+    })  # fmt: skip
+    problems = check_campaign(campaign, tmp_path)
+    assert [p.where for p in problems] == ["data.max_length",
+                                           "variants.long.overrides data.max_length"]
 
 
 def _files_campaign(tmp_path: Path, files: dict[str, str], cleaning=None) -> object:

@@ -50,3 +50,14 @@ def test_demo_refuses_to_overwrite_a_campaign(tmp_path: Path):
     )
     assert result.returncode == 2 and "already" in result.stderr
     assert (tmp_path / "campaign.yaml").read_text() == "name: mine\n"
+
+
+def test_issue11_16_a_step_with_nothing_to_work_on_is_not_counted_as_passed():
+    """compare exits 2 when no run is comparable (every one diverged): the summary must not
+    then say "every step passed"."""
+    from tunepilot.demo.chain import StepLog
+
+    log = StepLog()
+    for name, code in (("audit", 0), ("sweep", 1), ("compare", 2), ("report", 0)):
+        log.run(name, lambda code=code: code)
+    assert log.failed() == ["sweep", "compare"]

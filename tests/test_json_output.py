@@ -95,3 +95,24 @@ def test_json_every_command_prints_exactly_one_json_document(tmp_path: Path, tin
     bad = subprocess.run([*TUNEPILOT, "run", c, "--seeds", " ", "--json"], capture_output=True,
                          text=True, timeout=120)  # fmt: skip
     assert bad.returncode == 2 and json.loads(bad.stdout)["problems"][0]["where"] == "--seeds"
+
+
+@pytest.mark.parametrize(
+    ("args", "where"),
+    [
+        (["run", "campaign.yaml", "--stop-after", "-3"], "--stop-after"),
+        (["run", "campaign.yaml", "--no-such-option"], "--no-such-option"),
+        (["data", "audit", "campaign.yaml", "--split", "x"], "--split"),
+        (["no-such-command"], "command line"),
+    ],
+)
+def test_issue11_15_a_usage_error_under_json_is_one_json_document_exit_2(tmp_path, args, where):
+    """The command line's own refusals (an option out of range, an unknown option or command)
+    come before any command runs; under --json they still answer in JSON, not on stderr only."""
+    args = [str(tmp_path / a) if a.endswith(".yaml") else a for a in args]
+    result = subprocess.run([*TUNEPILOT, *args, "--json"], capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["exit_code"] == 2 and payload["problems"][0]["where"] == where
+    assert "--help" in payload["problems"][0]["fix"] and "Traceback" not in result.stderr

@@ -140,6 +140,22 @@ def test_p1_target_pattern_matching_nothing_fails_listing_linear_names(tiny_bert
     assert "q_proj" in finding.sentence and "query" in finding.sentence
 
 
+def test_issue11_13_an_empty_lora_target_list_is_refused_not_a_peft_traceback(
+    tiny_bert_dir: Path,
+) -> None:
+    """`target_modules: []` reached peft, whose NoMatchingPeftModuleError was exit 3: the
+    schema refuses it, and the set-up check FAILs a list that adapts no module at all."""
+    from pydantic import ValidationError
+
+    from tunepilot.model.setup_checks import check_target_modules
+
+    with pytest.raises(ValidationError, match="target_modules"):
+        LoraSettings(target_modules=[])
+    loaded, _ = _bert_cls(tiny_bert_dir)
+    finding = check_target_modules(loaded.model, [], ["classifier"])
+    assert finding.verdict is Verdict.FAIL and "query" in finding.sentence
+
+
 def test_p2_new_layer_left_frozen_by_lora_fails_with_the_fix(tiny_bert_mlm_dir: Path) -> None:
     settings = _settings(tiny_bert_mlm_dir, target_modules=["query", "value"])
     loaded = load_model(resolve_source(settings), "classification", settings, LABELS)

@@ -126,6 +126,26 @@ def test_1_an_old_ledger_with_absolute_paths_reads_runs_under_the_current_folder
     assert note is not None and "/elsewhere/X/runs/a-s0-1" in note and "moved or copied" in note
 
 
+def test_issue11_12_an_empty_or_missing_ledger_beside_recorded_runs_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A truncated tunepilot.db (or a copy that left it out) opened as a fresh ledger forgot
+    every run and handed `control-s0-1` out again; it is refused, saying how to restore it."""
+    run = tmp_path / "runs" / "control-s0-1"
+    run.mkdir(parents=True)
+    Ledger.open(tmp_path).close()  # a folder with a ledger and no run opens as ever
+    (run / "config.resolved.yaml").write_text("name: x\n")
+    for leftover in tmp_path.glob("tunepilot.db*"):
+        leftover.unlink()
+    with pytest.raises(InputError, match="ledger is missing") as caught:
+        Ledger.open(tmp_path)
+    assert "control-s0-1" in str(caught.value) and "restore tunepilot.db" in str(caught.value)
+    (tmp_path / "tunepilot.db").write_bytes(b"")
+    with pytest.raises(InputError, match="ledger is empty"):
+        Ledger.open(tmp_path)
+    assert (tmp_path / "tunepilot.db").stat().st_size == 0  # nothing written into it
+
+
 def test_10_a_refused_resume_leaves_the_run_resumable_once_the_cause_is_removed(
     campaign: Path, reference: list[float]
 ) -> None:
@@ -134,8 +154,9 @@ def test_10_a_refused_resume_leaves_the_run_resumable_once_the_cause_is_removed(
     planted = [folder / "evil.pkl" for folder in step_folders(ws.runs_dir / run_id)]
     for path in planted:
         path.write_bytes(b"\x80\x04K\x01.")  # a pickle: refused unopened (R4)
-    with pytest.raises(InputError, match="no checkpoint that verifies"):
+    with pytest.raises(InputError, match="no checkpoint that verifies") as caught:
         run_flow.resume(ws, run_id, None, as_json=True)
+    assert "restore or remove what each refusal names" in caught.value.problems[0].fix
     with Ledger.open(ws.ledger_path) as ledger:
         row = ledger.get_run(run_id)
     assert row.status == "interrupted" and "tunepilot resume" in row.reason
@@ -164,6 +185,30 @@ def test_10_a_corrupt_latest_checkpoint_falls_back_loudly_to_the_newest_that_ver
         assert losses(ledger, run_id) == reference
         notes = [n.text for n in ledger.notes() if n.run_id == run_id]
     assert notes and "step-000004 refused" in notes[0]
+
+
+def test_issue11_10_a_refused_newer_checkpoint_is_set_aside_and_never_costs_the_good_one(
+    campaign: Path, reference: list[float]
+) -> None:
+    """After falling back past a corrupt checkpoint, keep-last rotation must not count it: it
+    kept the broken step-4 and deleted the step-2 the run resumed from, leaving nothing that
+    verifies once the newest save is damaged too."""
+    from tunepilot.train.manifest import verify_checkpoint
+
+    ws = Workspace.open(campaign)
+    run_id = paused_run(ws, 4, "training.checkpoint_every=2")
+    broken = step_folders(ws.runs_dir / run_id)[0] / ADAPTER
+    broken.write_bytes(broken.read_bytes()[:-8] + b"\0" * 8)  # a flipped tail: sha256 differs
+    resumed = Workspace.open(campaign, ["training.checkpoint_every=3"])
+    assert run_flow.resume(resumed, run_id, 5, as_json=True) == 0  # saves step-3, then step-5
+    root = ws.runs_dir / run_id / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == [
+        "refused-step-000004", "step-000003", "step-000005"]  # fmt: skip
+    for folder in step_folders(ws.runs_dir / run_id):
+        verify_checkpoint(folder)  # every step folder left is one a resume can use
+    assert run_flow.resume(Workspace.open(campaign), run_id, None, as_json=True) == 0
+    with Ledger.open(ws.ledger_path) as ledger:
+        assert losses(ledger, run_id) == reference
 
 
 def test_10_resume_from_an_explicit_step_continues_the_identical_curve(
@@ -291,6 +336,37 @@ def test_18_a_rewritten_manifest_with_an_edited_weight_passes_the_manifest_but_f
     assert all(f["verdict"] == "PASS" for f in check_files(bundle))  # the MANIFEST is fooled
     finding = expect_finding(bundle, pin)
     assert finding.verdict is Verdict.FAIL and pin in finding.sentence
+
+
+def test_issue11_18_a_pin_that_is_not_a_sha256_is_bad_input_before_any_check(
+    tmp_path: Path,
+) -> None:
+    """A cut-off or mistyped pin is exit 2 naming --expect, not a FAIL blaming the bundle."""
+    from tunepilot.deliver.verify import verify_command
+
+    with pytest.raises(InputError, match="not a sha256") as caught:
+        verify_command(tmp_path, as_json=True, expect="53429098e4")
+    assert caught.value.problems[0].where == "--expect"
+
+
+def test_issue11_12_a_bundle_that_cannot_take_its_verification_record_is_still_verified(
+    campaign: Path, reference: list[float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """verify writes its result beside the bundle for the dossier; a bundle on a read-only
+    medium or a full disk still gets its verdict, with a warning that it was not recorded."""
+    import json
+
+    from tunepilot.deliver.export import export_run
+    from tunepilot.deliver.verify import verification_path, verify_command
+
+    bundle = export_run(Workspace.open(campaign), "control-s0-1", tmp_path / "b")
+    capsys.readouterr()
+    with file_size_limit(300):  # the record is larger; the reload reads only
+        assert verify_command(bundle, as_json=True) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["verdict"] == "PASS"
+    assert "not recorded" in out.err and "verification.json" in out.err
+    assert not verification_path(bundle).exists()
 
 
 def test_17_a_ledger_written_at_schema_1_opens_at_schema_2_with_its_rows(tmp_path: Path) -> None:

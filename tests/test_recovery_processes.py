@@ -105,6 +105,30 @@ def test_11_a_file_size_limit_during_a_checkpoint_exits_2_naming_the_path_and_th
     assert row.status == "interrupted" and "--retry control-s0-1" in row.reason
 
 
+def test_issue11_11_a_file_size_limit_at_any_write_is_a_sentence_naming_the_file_exit_2(
+    tmp_path: Path,
+) -> None:
+    """Not only checkpoints, exports and the ledger: the split files an audit writes and the
+    campaign file `init` writes hit the same limit. Each is exit 2 naming the file, never the
+    last-resort exit 3, and leaves neither half a file nor a temporary behind."""
+    import json
+
+    proc = tunepilot("init", str(tmp_path / "new"), "--task", "classification", limit=1000)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert "campaign.yaml" in err and "ulimit -f" in err and "Traceback" not in err
+    assert list((tmp_path / "new").iterdir()) == []  # no empty campaign.yaml blocks a retry
+
+    campaign = campaign_at(tmp_path / "c")
+    proc = tunepilot("data", "audit", str(campaign), "--json", limit=2000)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, err
+    (problem,) = json.loads(out)["problems"]
+    assert problem["where"].endswith("splits.json") and "file-size limit" in problem["found"]
+    written = [p.name for p in (tmp_path / "c" / "data").rglob("*") if p.is_file()]
+    assert not [n for n in written if n.endswith(".tmp") or n == "splits.json"], written
+
+
 def test_12_a_read_only_campaign_folder_says_so_and_never_advises_moving_the_ledger(
     tmp_path: Path,
 ) -> None:

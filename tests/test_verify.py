@@ -211,6 +211,22 @@ def test_r2_changed_control_logits_fail_naming_the_input(copy: Path) -> None:
     assert "max |logit difference| 1.00e-03" in bad.sentence
 
 
+@pytest.mark.parametrize(("name", "text"), [("control.json", "{not json"),
+                                             ("bundle.json", "[1]"), ("base.json", "{}")])
+def test_issue11_13_a_damaged_file_the_manifest_matches_fails_naming_it(
+    copy: Path, name: str, text: str
+) -> None:
+    """A rewritten manifest vouches for a damaged JSON file: the check process reports a FAIL
+    naming that file, never its own traceback as 'exited without a result'."""
+    from tunepilot.deliver.verify import verify_bundle
+
+    (copy / name).write_text(text)
+    rewrite_manifest_entry(copy, name)
+    bad = fails(verify_bundle(copy))
+    assert bad and all("without a result" not in f.sentence for f in bad), bad
+    assert any(name in f.sentence or name in (f.examples or []) for f in bad), bad
+
+
 def test_issue12_4_merge_writes_a_full_model_that_replays_the_controls(
     classification, tmp_path: Path
 ) -> None:

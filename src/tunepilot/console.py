@@ -46,12 +46,17 @@ def print_input_error(err: InputError) -> None:
     Soft-wrapped: a terminal folds a long line for the eye, but no newline is ever inserted, so
     a path or a key copied from the message (or grepped from a log) stays whole at any width.
     """
-    error_console.print(f"[bold red]error:[/] {err.title} ({len(err.problems)} problem(s))")
+    from rich.markup import escape  # `training.lr=[1e-4]` or `[bogus]` are text, not markup
+
+    error_console.print(f"[bold red]error:[/] {escape(err.title)} ({len(err.problems)} "
+                        "problem(s))")  # fmt: skip
     for problem in err.problems:
         error_console.print(
-            f"  [bold]{problem.where}[/]: {problem.found}", highlight=False, soft_wrap=True
-        )
-        error_console.print(f"    [cyan]fix:[/] {problem.fix}", highlight=False, soft_wrap=True)
+            f"  [bold]{escape(problem.where)}[/]: {escape(problem.found)}", highlight=False,
+            soft_wrap=True,
+        )  # fmt: skip
+        error_console.print(f"    [cyan]fix:[/] {escape(problem.fix)}", highlight=False,
+                            soft_wrap=True)  # fmt: skip
 
 
 def findings_table(findings: list[Finding], title: str) -> Table:
@@ -60,10 +65,12 @@ def findings_table(findings: list[Finding], title: str) -> Table:
     table.add_column("verdict", no_wrap=True)
     table.add_column("what was seen / what to do", ratio=1, min_width=40)
     table.add_column("req", no_wrap=True, style="dim")
+    from rich.markup import escape  # an example text such as `[refund] ...` is not markup
+
     for f in findings:
-        sentence = f.sentence
+        sentence = escape(f.sentence)
         if f.examples:
-            sentence += f" [dim](e.g. {', '.join(map(str, f.examples[:3]))})[/]"
+            sentence += f" [dim](e.g. {escape(', '.join(map(str, f.examples[:3])))})[/]"
         table.add_row(
             f.check, f"[{VERDICT_STYLE[f.verdict]}]{f.verdict}[/]", sentence, f.requirement
         )

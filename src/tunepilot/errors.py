@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,6 +188,27 @@ def writing(path: str | Path, needed: int | None = None, then: str = "") -> Iter
         if err is None:
             raise
         raise err from None
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and `os.replace`.
+
+    A reader (or a browser reloading a page) never sees half a file; a full disk or a
+    file-size limit leaves the previous file (or none) and no temporary behind, and is
+    `storage_error`'s sentence naming `path` (exit 2)."""
+    import os
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with writing(path, len(text.encode("utf-8"))):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):  # a read-only folder refuses even the unlink of nothing
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 class Stopped(Exception):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
 
 class Strict(BaseModel):
@@ -33,9 +33,16 @@ Name = Annotated[
         "folders).",
     ),
 ]
+def _no_bool(value: object) -> object:
+    """YAML reads `yes`, `on` and `true` as booleans, which pass as 1 where an int is due."""
+    if isinstance(value, bool):
+        raise ValueError(f"`{str(value).lower()}` is a yes/no value, not a number")
+    return value
+
+
 # A seed every generator accepts as is (NumPy's legacy seeding stops at 2**32 - 1).
 MAX_SEED = 2**32 - 1
-Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+Seed = Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=MAX_SEED)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
 

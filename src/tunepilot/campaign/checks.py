@@ -84,12 +84,13 @@ def _beyond_positions(campaign: Campaign, config_file: Path) -> list[Problem]:
         return []
     key, limit = found
     lengths = {"data.max_length": campaign.data.max_length}
-    for name in variant_names(campaign):
+    for name in variant_names(campaign)[1:]:  # a variant's own max_length, once
         try:
-            lengths[f"variants.{name}.overrides data.max_length"] = (
-                variant_campaign(campaign, name).data.max_length)  # fmt: skip
+            length = variant_campaign(campaign, name).data.max_length
         except InputError:
             continue  # check_variants names a broken variant
+        if length != campaign.data.max_length:
+            lengths[f"variants.{name}.overrides data.max_length"] = length
     return [Problem(where, f"{value} is beyond the model's {key} {limit} ({config_file}): an "
                     "input that long crashes the run with a size mismatch",
                     f"set it to at most {limit}")

@@ -31,8 +31,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise InputError(
             [Problem(text, "an empty key", "write it as key.path=value")], title="invalid override"
         )
+    where = f"command-line override `{text}`"
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
+        refuse_self_reference(value, where)
+    except RecursionError:
+        raise input_error(where, "nested too deeply to read", "flatten the value",
+                          title="invalid override") from None  # fmt: skip
     except yaml.YAMLError:
         value = raw
     return key.strip().split("."), value
@@ -303,6 +308,11 @@ def load_campaign(path: str | Path, overrides: list[str] | None = None) -> Campa
         ) from None
     try:
         raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+        refuse_self_reference(raw, str(path))
+    except RecursionError:
+        raise input_error(str(path), "nested too deeply to read (beyond the YAML reader's "
+                          "recursion limit)", "a campaign is a few levels of mappings; flatten "
+                          "the deep value", title="invalid campaign") from None  # fmt: skip
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
@@ -322,6 +332,23 @@ def load_campaign(path: str | Path, overrides: list[str] | None = None) -> Campa
         for arg in overrides:
             overridden.update(dict.fromkeys(leaf_settings([parse_override(arg)]), arg))
     return validate_mapping(raw, source=str(path), text=text, overridden=overridden)
+
+
+def refuse_self_reference(raw: Any, where: str) -> None:
+    """A YAML anchor used inside itself (`a: &x [*x]`) loads as a value that contains itself;
+    every reader of it would recurse for ever. Walked without recursion."""
+    stack: list[tuple[Any, tuple[int, ...]]] = [(raw, ())]
+    while stack:
+        node, above = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        if id(node) in above:
+            raise input_error(where, "a YAML anchor is used inside itself (e.g. `a: &x "
+                              "[*x]`), so the value would contain itself", "write the value "
+                              "out, or point the alias at another anchor",
+                              title="invalid campaign")  # fmt: skip
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, (*above, id(node))) for child in children)
 
 
 def campaign_root(campaign_path: str | Path) -> Path:

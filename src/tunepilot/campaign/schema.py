@@ -38,7 +38,8 @@ class LoraSettings(Strict):
     r: int = Field(default=8, ge=1)
     alpha: int = Field(default=16, ge=1)
     dropout: float = Field(default=0.0, ge=0, lt=1)
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"],
+                                      min_length=1)  # fmt: skip
     modules_to_save: list[str] = Field(default_factory=list)
 
 
@@ -122,7 +123,12 @@ class Fields(Strict):
 class SplitPolicy(Strict):
     """How train / validation / test are separated (D8). `files` uses the user's own files."""
 
-    policy: Literal["random", "stratified", "group", "time", "files"] = "stratified"
+    policy: Literal["random", "stratified", "group", "time", "files"] = Field(
+        default="stratified",
+        description="`group`: each data.fields.group whole in one split; `time`: the earliest "
+        "period trains, the latest tests (whole groups, placed by when each began, when a group "
+        "is declared); `files`: your own files, a missing one carved from train the same way.",
+    )
     validation: float = Field(default=0.1, gt=0, lt=1)
     test: float = Field(default=0.1, ge=0, lt=1)
     seed: Seed = 0

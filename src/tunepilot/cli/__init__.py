@@ -17,8 +17,25 @@ from tunepilot.cli.app import app
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. Under `--json` a usage error caught before any command runs
+    (an unknown option, a value outside its range) still answers with one JSON document."""
+    import sys
+
+    if "--json" not in sys.argv[1:]:
+        app()
+        return
+    import typer
+
+    from tunepilot.cli.app import usage_error_json
+
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        sys.exit(1)
+    except typer.TyperException as exc:  # click's usage errors, as typer bundles click
+        usage_error_json(exc)
+        sys.exit(int(getattr(exc, "exit_code", 2)))
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 __all__ = ["app", "main"]

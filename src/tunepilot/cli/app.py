@@ -111,10 +111,18 @@ def run_body(func, *args, **kwargs) -> None:
 
 def _outcome(func, args, kwargs, *, as_json: bool) -> int:
     from tunepilot.console import error_console, print_input_error, print_json
-    from tunepilot.errors import InputError, Stopped
+    from tunepilot.errors import InputError, Stopped, storage_error
 
     try:
-        return int(func(*args, **kwargs) or 0)
+        try:
+            return int(func(*args, **kwargs) or 0)
+        except (InputError, Stopped, typer.Exit, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a full disk wherever it strikes is a sentence, not a fault
+            fault = storage_error(exc, _written_path(exc))
+            if fault is None:
+                raise
+            raise fault from None
     except InputError as err:
         print_input_error(err)
         if as_json:
@@ -140,6 +148,49 @@ def _outcome(func, args, kwargs, *, as_json: bool) -> int:
             print_json({"exit_code": 3, "error": f"{type(exc).__name__}: {str(exc)[:300]}",
                         "traceback_file": str(path)})  # fmt: skip
         return 3
+
+
+def usage_error_json(exc: Any) -> None:
+    """A click usage error under `--json`: the usual message on stderr, and on stdout the one
+    JSON document every `--json` answer is, with the option, what was wrong and the fix."""
+    from typer import rich_utils
+
+    from tunepilot.console import print_json
+
+    rich_utils.rich_format_error(exc)
+    param = getattr(exc, "param", None)
+    where = (getattr(exc, "param_hint", None) or (param and "/".join(param.opts))
+             or getattr(exc, "option_name", None) or "command line")  # fmt: skip
+    command = getattr(getattr(exc, "ctx", None), "command_path", "tunepilot")
+    print_json({"exit_code": exc.exit_code, "error": "usage",
+                "problems": [{"where": str(where), "found": exc.format_message(),
+                              "fix": f"see `{command} --help`"}]})  # fmt: skip
+
+
+def _written_path(exc: BaseException) -> Path:
+    """The file a storage fault struck: what its sentence names and whose disk it measures.
+
+    An OSError from open() names its file; one from write() or close() does not, so the file
+    object being written is looked up in the frames the error passed through (Path.write_text
+    and `with path.open("w") as f` both hold one). The current folder when neither is there.
+    """
+    import io
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.filename:
+            return Path(seen.filename)
+        tb, found = seen.__traceback__, None
+        while tb is not None:  # outermost first: keep the innermost file being written
+            for value in tb.tb_frame.f_locals.values():
+                if (isinstance(value, io.IOBase) and isinstance(getattr(value, "name", None), str)
+                        and any(m in getattr(value, "mode", "") for m in "wax+")):
+                    found = value.name
+            tb = tb.tb_next
+        if found:
+            return Path(found)
+        seen = seen.__cause__ or seen.__context__
+    return Path.cwd()
 
 
 def _write_traceback(exc: BaseException) -> Path:

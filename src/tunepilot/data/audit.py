@@ -40,11 +40,11 @@ from tunepilot.data.audit_labels import (
     check_position_limit,
     check_unseen_labels,
 )
+from tunepilot.data.audit_units import check_group_leakage, check_time_overlap
 from tunepilot.data.dedup import DuplicateGroup, NearPair, build_index, exact_duplicates
 from tunepilot.data.dedup import near_duplicates as find_near_duplicates
 from tunepilot.data.generic import GenericTexts, generic_texts
 from tunepilot.data.prepared import PreparedData, RuleCount
-from tunepilot.data.split import time_key
 from tunepilot.tasks.example import Splits
 from tunepilot.verdict import Finding, Verdict, worst
 
@@ -69,7 +69,7 @@ def run_audit(
     groups = exact_duplicates(splits, index=index)
     threshold = audit.near_duplicate_threshold
     pairs = find_near_duplicates(splits, threshold, audit.shingle_size, index=index)
-    leakage = check_group_leakage(splits, data.fields.group)
+    leakage = check_group_leakage(splits, data.fields.group, data.split.policy)
     generic = prepared.generic or generic_texts(splits, data.fields.group)
     apart = data.fields.group is not None and leakage.verdict is PASS
     findings = [
@@ -86,7 +86,8 @@ def run_audit(
         if encoder is not None:
             findings.append(check_turn_end(splits, encoder))
     if data.fields.time:
-        findings.append(check_time_overlap(splits, data.fields.time, data.split.policy))
+        findings.append(check_time_overlap(splits, data.fields.time, data.split.policy,
+                                           data.fields.group))  # fmt: skip
     if task in CLASSIFICATION_TASKS:
         findings.append(check_unseen_labels(splits))
         findings.append(check_class_balance(splits, prepared.label_names, audit))
@@ -279,87 +280,3 @@ def check_near_duplicates(
     }
     ids = [p.ids_b[0] for p in pairs[:SHOWN]]
     return Finding(check, verdict, sentence, "D2", examples=ids, details=details)
-
-
-def check_group_leakage(splits: Splits, field: str | None) -> Finding:
-    """D8: examples of one conversation, patient or document on both sides of a split let the
-    model recognise the unit instead of solving the task."""
-    check = "group leakage"
-    if not field:
-        sentence = (
-            "no leakage unit declared, so examples of one conversation, patient or document "
-            "may sit in both training and evaluation unchecked; set data.fields.group "
-            "(and split.policy: group) if your examples come in such units"
-        )
-        return Finding(check, WARN, sentence, "D8")
-    groups_of = {s: {ex.group for ex in splits[s] if ex.group is not None} for s in _order(splits)}
-    leaked: dict[str, list[str]] = {}
-    parts: list[str] = []
-    values: list[str] = []
-    for split, earlier in _later(splits):
-        before = set().union(*(groups_of[s] for s in earlier))
-        ids = [ex.id for ex in splits[split] if ex.group in before]
-        if ids:
-            leaked[split] = ids
-            parts.append(f"{len(ids)} {_noun(split)} examples share {field} with {_nouns(earlier)}")
-            values += sorted(groups_of[split] & before)
-    if not leaked:
-        n = len(set().union(*groups_of.values()))
-        sentence = f"each of {n} {field} values sits in one split only"
-        return Finding(check, PASS, sentence, "D8", details={"groups": n})
-    sentence = (
-        f"{' and '.join(parts)} (e.g. {', '.join(values[:3])}); "
-        f"split by {field} (split.policy: group)"
-    )
-    details = {
-        "examples_per_split": {s: len(ids) for s, ids in leaked.items()},
-        "groups": len(values),
-        "group_values": values[:50],
-    }
-    ids = [i for ids in leaked.values() for i in ids][:SHOWN]
-    return Finding(check, FAIL, sentence, "D8", examples=ids, details=details)
-
-
-def check_time_overlap(splits: Splits, field: str, policy: str) -> Finding:
-    """D8: an evaluation example dated before the end of an earlier split lets the model see
-    the future of what it is scored on. FAIL, except under a group split: there the declared
-    unit is the group and the overlap is a WARN to weigh against how the model will be used."""
-    check = "time overlap"
-    keyed = {s: [(time_key(ex.time), ex.id) for ex in splits[s]] for s in _order(splits)}
-    bad = [i for rows in keyed.values() for k, i in rows if k is None]
-    if bad:
-        sentence = (
-            f"{len(bad)} examples have no readable {field} (e.g. {', '.join(bad[:3])}); "
-            "write ISO 8601 times to check periods"
-        )
-        return Finding(check, WARN, sentence, "D8", examples=bad[:SHOWN])
-    if len({k[0] for rows in keyed.values() for k, _ in rows if k}) > 1:
-        sentence = f"{field} mixes numbers, naive and aware times; write them one way to check"
-        return Finding(check, WARN, sentence, "D8")
-    time_of = {ex.id: ex.time for s in keyed for ex in splits[s]}
-    span = {s: [time_of[min(rows)[1]], time_of[max(rows)[1]]] for s, rows in keyed.items()}  # type: ignore[type-var]
-    periods = "; ".join(f"{s} {a} .. {b}" for s, (a, b) in span.items())
-    overlaps: dict[str, list[str]] = {}
-    for split, earlier in _later(splits):
-        end = max(max(keyed[s])[0] for s in earlier)  # type: ignore[type-var]
-        early = sorted(row for row in keyed[split] if row[0] <= end)  # type: ignore[operator]
-        if early:
-            overlaps[split] = [i for _, i in early]
-    details: dict[str, Any] = {"periods": span}
-    if not overlaps:
-        sentence = f"each split's period starts after the previous one ends ({periods})"
-        return Finding(check, PASS, sentence, "D8", details=details)
-    verdict = WARN if policy == "group" else FAIL
-    if verdict is WARN:
-        fix = (
-            "the split is by group; if the model will only meet later data, use split.policy: time"
-        )
-    else:
-        fix = "use split.policy: time"
-    counts = " and ".join(f"{len(ids)} {_noun(s)} examples" for s, ids in overlaps.items())
-    first = _order(splits)[0]
-    ends = f"{_noun(first)} ends {span[first][1]}"
-    sentence = f"{counts} are dated no later than the end of an earlier split ({ends}); {fix}"
-    details["examples_per_split"] = {s: len(ids) for s, ids in overlaps.items()}
-    ids = [i for ids in overlaps.values() for i in ids][:SHOWN]
-    return Finding(check, verdict, sentence, "D8", examples=ids, details=details)

@@ -4,11 +4,11 @@ data version so a colleague can re-read what was checked (D1-D8)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from tunepilot.data.workspace import Workspace
+from tunepilot.errors import write_text_atomic
 from tunepilot.verdict import Finding, exit_code
 
 
@@ -115,8 +115,4 @@ def show_workspace(ws: Workspace, split: str, n: int, per_class: int, as_json: b
 
 
 def _write_json(path: Path, payload: Any) -> None:
-    """Atomic write: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str), "utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(payload, indent=2, ensure_ascii=False, default=str))

@@ -106,10 +106,11 @@ def run_image_audit(
         check_exif(good, settings),
         check_modes(good),
         check_shortcuts(good, settings),
-        check_group_leakage(splits, data.fields.group),
+        check_group_leakage(splits, data.fields.group, data.split.policy),
     ]
     if data.fields.time:
-        findings.append(check_time_overlap(splits, data.fields.time, data.split.policy))
+        findings.append(check_time_overlap(splits, data.fields.time, data.split.policy,
+                                           data.fields.group))  # fmt: skip
     findings += [
         check_unseen_labels(splits),
         check_class_balance(splits, prepared.label_names, data.audit),

@@ -10,7 +10,6 @@ keeps those ids as the test split, whatever the seed or the file order (H4).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +23,7 @@ from tunepilot.data.load import load_file
 from tunepilot.data.prepared import PreparedData
 from tunepilot.data.split import SEAL_FILE, make_splits
 from tunepilot.data.version import data_version
-from tunepilot.errors import MAX_PROBLEMS, InputError, Problem
+from tunepilot.errors import MAX_PROBLEMS, InputError, Problem, write_text_atomic
 from tunepilot.tasks.example import SPLITS, Example, Splits
 
 
@@ -180,17 +179,8 @@ def new_seal(ids: list[str]) -> dict[str, Any]:
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write to a temporary file in the same folder, then os.replace: never half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2, ensure_ascii=False)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """A JSON file written whole or not at all (errors.write_text_atomic)."""
+    write_text_atomic(path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
 
 def _load_all(

@@ -131,18 +131,24 @@ def _by_group(examples: Sequence[Example], policy: SplitPolicy, fields: Fields) 
     problems.raise_if_any("cannot split by group")
     order = sorted(groups)
     random.Random(policy.seed).shuffle(order)
-    n_val, n_test = _sizes(len(examples), policy.validation, policy.test)
-    filled = {"test": 0, "validation": 0}
+    return _fill_whole([groups[g] for g in order], len(examples), policy)
+
+
+def _fill_whole(units: Sequence[list[str]], n: int, policy: SplitPolicy,
+                with_previous: Sequence[bool] = ()) -> dict[str, str]:  # fmt: skip
+    """Whole units (lists of ids) to test, then validation, then train, in the order given,
+    until each split holds its share of the `n` examples. `with_previous[i]` sends unit i to
+    the split of unit i - 1 (a tie in time stays together)."""
+    n_val, n_test = _sizes(n, policy.validation, policy.test)
+    filled = {"test": 0, "validation": 0, "train": 0}
     assignment: dict[str, str] = {}
-    for group in order:
-        if filled["test"] < n_test:
-            name = "test"
-        elif filled["validation"] < n_val:
-            name = "validation"
-        else:
-            name = "train"
-        filled[name] = filled.get(name, 0) + len(groups[group])
-        assignment.update(dict.fromkeys(groups[group], name))
+    name = "test"
+    for i, ids in enumerate(units):
+        if not (i < len(with_previous) and with_previous[i]):
+            name = ("test" if filled["test"] < n_test else
+                    "validation" if filled["validation"] < n_val else "train")  # fmt: skip
+        filled[name] += len(ids)
+        assignment.update(dict.fromkeys(ids, name))
     return assignment
 
 
@@ -188,6 +194,8 @@ def _by_time(examples: Sequence[Example], policy: SplitPolicy, fields: Fields) -
             "write every time the same way (all ISO dates with or without timezone, or numbers)",
         )
     problems.raise_if_any("cannot split by time")
+    if fields.group:
+        return _by_time_whole_groups(examples, dict((i, k) for k, i in keyed), policy)
     keyed.sort()
     n = len(keyed)
     n_val, n_test = _sizes(n, policy.validation, policy.test)
@@ -205,10 +213,39 @@ def _by_time(examples: Sequence[Example], policy: SplitPolicy, fields: Fields) -
     return assignment
 
 
+def group_starts(examples: Sequence[Example], key_of: Mapping[str, tuple[int, float]]
+                 ) -> dict[str, tuple[int, float]]:  # fmt: skip
+    """Each group's earliest time: when the conversation (patient, document) began."""
+    starts: dict[str, tuple[int, float]] = {}
+    for ex in examples:
+        unit = ex.group if ex.group is not None else f"\0{ex.id}"  # no group: its own unit
+        if ex.id in key_of:
+            starts[unit] = min(starts.get(unit, key_of[ex.id]), key_of[ex.id])
+    return starts
+
+
+def _by_time_whole_groups(
+    examples: Sequence[Example], key_of: Mapping[str, tuple[int, float]], policy: SplitPolicy
+) -> dict[str, str]:
+    """The time split when a group is declared: whole groups, ordered by when each began, so
+    a conversation running across a period boundary never lands in two splits (D8). Train
+    holds the groups that began first, test those that began last; groups that began at the
+    same moment stay together in the later split. A group's later rows may be dated after
+    the next split began: the audit names that carry-over as a WARN, never a leak."""
+    starts = group_starts(examples, key_of)
+    members: dict[str, list[str]] = {}
+    for ex in examples:
+        members.setdefault(ex.group if ex.group is not None else f"\0{ex.id}", []).append(ex.id)
+    order = sorted(starts, key=lambda g: (starts[g], g), reverse=True)  # the latest first
+    ties = [i > 0 and starts[unit] == starts[order[i - 1]] for i, unit in enumerate(order)]
+    return _fill_whole([members[u] for u in order], len(examples), policy, ties)
+
+
 def carving_unit(fields: Fields) -> str | None:
-    """What a split the tool carves must keep whole: the group if one is declared, else the
-    time order, else nothing (rows are independent)."""
-    return "group" if fields.group else "time" if fields.time else None
+    """What a split the tool carves must keep: the time order when a time is declared (whole
+    groups within it, when a group is declared too), else whole groups, else nothing (rows
+    are independent)."""
+    return "time" if fields.time else "group" if fields.group else None
 
 
 def _files(
@@ -270,16 +307,19 @@ def _apply_seal(
             ],
             title="the sealed test split does not match the data",
         )
-    out = {
-        ex_id: ("test" if ex_id in sealed else ("train" if name == "test" else name))
-        for ex_id, name in assignment.items()
-    }
     stray: list[Example] = []
     unit, pool = policy.policy, flat
     if unit == "files" and by_file is not None and "test" not in by_file:
         # A test carved from the train file keeps its unit within that file; the user's own
         # validation file is theirs (the audit reports what it shares).
         unit, pool = carving_unit(fields) or "files", list(by_file["train"])
+    # What the assignment put in test but the seal does not hold (a seal written before the
+    # assignment changed) goes to the split before test in time order, else to train.
+    demoted = "validation" if unit == "time" else "train"
+    out = {
+        ex_id: ("test" if ex_id in sealed else (demoted if name == "test" else name))
+        for ex_id, name in assignment.items()
+    }
     if unit == "files" and by_file is not None and "test" in by_file:
         in_test_file = {ex.id for ex in by_file["test"]}
         stray = [ex for ex in flat if (ex.id in sealed) != (ex.id in in_test_file)]
@@ -288,7 +328,11 @@ def _apply_seal(
         stray = [ex for ex in pool if ex.id not in sealed and ex.group in sealed_groups]
     elif unit == "time" and sealed:
         first = min(time_key(ex.time) or (0, 0.0) for ex in pool if ex.id in sealed)
-        stray = [ex for ex in pool if ex.id not in sealed and (time_key(ex.time) or first) >= first]
+        # with whole groups, a group belongs to the period it began in
+        key_of = {ex.id: k for ex in pool if (k := time_key(ex.time)) is not None}
+        began = group_starts(pool, key_of) if fields.group else {}
+        stray = [ex for ex in pool if ex.id not in sealed
+                 and began.get(ex.group or "", time_key(ex.time) or first) >= first]  # fmt: skip
     if stray:
         unit = {
             "files": "differ between the test file and the seal (in one, not the other)",

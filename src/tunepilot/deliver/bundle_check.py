@@ -127,7 +127,6 @@ def check_files(bundle: Path) -> list[dict[str, Any]]:
     return fails or [finding("manifest", PASS, "R3, R4", sentence + " file type")]
 
 
-
 def _git_head(folder: Path) -> str | None:
     """HEAD of a git work tree rooted exactly at `folder` (a clone of a hub repo), else None."""
     cmd = ["git", "-C", str(folder), "rev-parse", "--show-toplevel", "HEAD"]
@@ -188,9 +187,16 @@ def check_base(base: dict[str, Any], folder: Path, how: str) -> list[dict[str, A
     return [finding("base model", PASS, "P4", sentence)]
 
 
+def read_json(bundle: Path, name: str) -> dict[str, Any]:  # a damaged one is named
+    with contextlib.suppress(OSError, ValueError):
+        if isinstance(value := json.loads((bundle / name).read_text(encoding="utf-8")), dict):
+            return value
+    raise ValueError(f"{name} matches {MANIFEST} but is not a readable JSON object")
+
+
 def check_adapter_tie(bundle: Path, base: dict[str, Any]) -> dict[str, Any]:
     """adapter_config.json names the base and revision that base.json records (P4)."""
-    config = json.loads((bundle / "adapter_config.json").read_text(encoding="utf-8"))
+    config = read_json(bundle, "adapter_config.json")
     name, rev = base.get("name"), base.get("resolved_commit") or base.get("revision")
     got = (config.get("base_model_name_or_path"), config.get("revision"))
     if got != (name, rev):
@@ -200,7 +206,6 @@ def check_adapter_tie(bundle: Path, base: dict[str, Any]) -> dict[str, Any]:
     at = f"revision {rev!r}" if rev else "no revision (a local folder: its sha256 identify it)"
     return finding("adapter tie", PASS, "P4", f"adapter_config.json names base {name!r} at "
                    f"{at}, as base.json does")  # fmt: skip
-
 
 def load_bundle(bundle: Path, spec: dict[str, Any], base_folder: Path | None) -> tuple[Any, Any]:
     """The model and tokenizer exactly as the README tells a colleague to load them."""
@@ -322,8 +327,8 @@ def check_bundle(bundle: Path, base_override: Path | None = None) -> list[dict[s
     findings = check_files(bundle)
     if any(f["verdict"] == FAIL for f in findings):
         return findings  # nothing unverified is ever deserialised (R4)
-    spec = json.loads((bundle / "bundle.json").read_text(encoding="utf-8"))
-    base = json.loads((bundle / "base.json").read_text(encoding="utf-8"))
+    spec = read_json(bundle, "bundle.json")
+    base = read_json(bundle, "base.json")
     base_folder = None
     if spec["weights"] == "full":
         findings.append(finding("base model", PASS, "P4", "full model: it loads without the "
@@ -347,9 +352,10 @@ def check_bundle(bundle: Path, base_override: Path | None = None) -> list[dict[s
         return [*findings, finding("reload", FAIL, "R2", sentence)]
     findings.append(finding("reload", PASS, "R2", f"loaded {type(model).__name__} with plain "
                             "transformers + peft (safetensors only, no remote code)"))  # fmt: skip
-    controls = json.loads((bundle / "control.json").read_text(encoding="utf-8"))
+    controls = read_json(bundle, "control.json")
     if (bundle / IMAGES_FILE).is_file():  # checked against the manifest above (R4)
         from safetensors.torch import load_file
+
         tensors = load_file(str(bundle / IMAGES_FILE))
         for c in controls["inputs"]:
             c["_image"] = tensors[f"{c['image_key']}.image"]
@@ -382,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         findings = check_bundle(args.bundle.resolve(), args.base)
+    except Exception as exc:  # damaged content its manifest vouches for: a FAIL, not a crash
+        findings = [finding("bundle content", FAIL, "R2", f"{_said(exc)}; re-export the run")]
     finally:
         sys.stdout = out
     payload = {

@@ -141,7 +141,10 @@ def export_model(
     try:
         with quiet_transformers():  # its "Writing model shards" bar is noise in a log
             if weights == "adapter":
-                model.save_pretrained(str(tmp), safe_serialization=True)
+                from tunepilot.train.checkpoint import embedding_layers_to_save
+
+                model.save_pretrained(str(tmp), safe_serialization=True,
+                                      save_embedding_layers=embedding_layers_to_save(model))
                 _tie_adapter(tmp, model_source)
             else:
                 model.save_pretrained(str(tmp))  # transformers 5 writes safetensors only

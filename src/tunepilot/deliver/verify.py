@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tunepilot.errors import input_error
+from tunepilot.errors import InputError, input_error, write_text_atomic
 from tunepilot.verdict import Finding, Verdict
 
 CHECK_MODULE = "tunepilot.deliver.bundle_check"
@@ -152,11 +152,8 @@ def verification_path(bundle_dir: Path) -> Path:
 def record_verification(bundle_dir: Path, payload: dict[str, Any]) -> None:
     import datetime
 
-    path = verification_path(bundle_dir)
-    tmp = path.with_suffix(".tmp")
     stamped = {**payload, "at": datetime.datetime.now(datetime.UTC).isoformat()}
-    tmp.write_text(json.dumps(stamped, indent=2, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(verification_path(bundle_dir), json.dumps(stamped, indent=2, default=str))
 
 
 def verify_command(
@@ -164,9 +161,15 @@ def verify_command(
 ) -> int:
     """Body of `tunepilot verify DIR [--base FOLDER] [--expect SHA] [--json]`; exit 1 on any
     FAIL. `expect` pins the bundle: the sha256 of MANIFEST.json printed at export."""
+    import re
+
     from tunepilot.console import print_findings, print_json
     from tunepilot.verdict import exit_code, worst
 
+    if expect is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", expect.strip()):
+        raise input_error("--expect", f"`{expect}` is not a sha256 (64 hex digits)",
+                          "paste the pin `tunepilot export` printed (also in the ledger and "
+                          "the report)")  # fmt: skip
     findings = verify_bundle(bundle_dir, base)
     if expect is not None:
         findings.insert(0, expect_finding(Path(bundle_dir), expect))
@@ -178,7 +181,14 @@ def verify_command(
         "findings": [f.to_json() for f in findings],
     }
     # Beside the bundle, never inside it: the bundle's manifest lists exactly what it holds.
-    record_verification(Path(bundle_dir), payload)
+    # A bundle on a read-only medium is still verified: only the record is skipped, said so.
+    try:
+        record_verification(Path(bundle_dir), payload)
+    except InputError as err:
+        from tunepilot.console import error_console
+
+        error_console.print(f"[yellow]warning:[/] the result is not recorded for the dossier: "
+                            f"{err.problems[0]}", highlight=False, soft_wrap=True)  # fmt: skip
     if as_json:
         print_json(payload)
     else:

@@ -32,6 +32,11 @@ class StepLog:
         self.rows.append((name, code, time.perf_counter() - start))
         return code
 
+    def failed(self) -> list[str]:
+        """Every step that did not pass: a FAIL (1), and also nothing to work on (2, e.g.
+        compare with no comparable run), which is no more a pass than a FAIL is."""
+        return [name for name, code, _ in self.rows if code != 0]
+
 
 def export_target(ws: Workspace, comparison: Any) -> tuple[str | None, str]:
     """The run to deliver and why: the adopted variant's (else the control's) first completed
@@ -96,7 +101,7 @@ def run_chain(campaign_path: Path) -> int:
 
     console.rule("[bold]summary")
     minutes = (time.perf_counter() - total_start) / 60
-    failed = [name for name, code, _ in log.rows if code == 1]
+    failed = log.failed()
     listed = [x["sentence"] for x in dossier["data"]["limits"] if x["severity"] == "FAIL"]
     for line in summary_lines(ws, comparison, delivered, target, minutes, failed, listed):
         console.print(line, highlight=False)

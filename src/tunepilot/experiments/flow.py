@@ -217,8 +217,11 @@ def list_runs(ws: Workspace, as_json: bool) -> int:
     table = Table(title=f"runs of {ws.campaign.name} (every run, failures included: V3)")
     for col in ("run", "variant", "seed", "status", "reason", "retry of"):
         table.add_column(col)
+    from rich.markup import escape  # a reason quotes the user's input, e.g. `[no_such]`
+
     for r in rows:
-        table.add_row(r.id, r.variant, str(r.seed), r.status, r.reason or "", r.retry_of or "")
+        table.add_row(r.id, r.variant, str(r.seed), r.status, escape(r.reason or ""),
+                      r.retry_of or "")  # fmt: skip
     console.print(table)
     return 0
 

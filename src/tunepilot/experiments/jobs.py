@@ -312,8 +312,9 @@ def distributed_settings_of(run_dir: Path) -> tuple[str, int] | None:
     path = Path(run_dir) / "config.resolved.yaml"
     if not path.is_file():
         return None
-    fix = ("restore the file from the run's latest checkpoint folder or a backup, or retry the "
-           "run under a new id (`tunepilot run --retry RUN`)")  # fmt: skip
+    fix = ("restore it from a backup or a copy of the campaign folder (it is written once, when "
+           "the run starts), or start the run again under a new id (`tunepilot run CAMPAIGN "
+           f"--retry {Path(run_dir).name}`)")  # fmt: skip
     with reading(path, fix, what="resolved config", title="run files refused",
                  also=(yaml.YAMLError,)):
         resolved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

@@ -86,3 +86,22 @@ def relocation_note(root: Path, rows: list[RunRow]) -> str | None:
         f"{example.recorded_outside}): the folder was moved or copied. They are read from "
         f"{root}/{RUNS}/<run id> (e.g. {example.run_dir}); the recorded paths are never read"
     )
+
+
+def refuse_lost_history(db: Path) -> None:
+    """A missing or empty ledger beside run folders tunepilot wrote means the history is lost
+    (a truncated file, a copy that left it out): refused, because a fresh ledger would forget
+    every run and hand their ids out again."""
+    wal = db.with_name(db.name + "-wal")  # a ledger killed before its first checkpoint lives
+    if any(f.is_file() and f.stat().st_size > 0 for f in (db, wal)):  # in its -wal file
+        return
+    written = sorted(p.parent.name for p in (db.parent / RUNS).glob("*/config.resolved.yaml"))
+    if written:
+        state = "is empty" if db.is_file() else "is missing"
+        raise input_error(
+            str(db), f"the ledger {state}, but {RUNS}/ holds {len(written)} run folder(s) it "
+            f"recorded (e.g. {written[0]})",
+            f"restore {db.name} (with its -wal file) from a backup or a copy of the campaign "
+            f"folder; to start a new history on purpose, move {RUNS}/ aside first",
+            title="the campaign's history is missing",
+        )  # fmt: skip

@@ -31,7 +31,13 @@ from tunepilot.errors import input_error, storage_error
 from tunepilot.ledger.evidence import EvidenceRecords
 from tunepilot.ledger.facts import RunFacts
 from tunepilot.ledger.liveness import RunLiveness
-from tunepilot.ledger.paths import default_run_dir, relocation_note, run_row, to_stored
+from tunepilot.ledger.paths import (
+    default_run_dir,
+    refuse_lost_history,
+    relocation_note,
+    run_row,
+    to_stored,
+)
 from tunepilot.ledger.schema import (
     BASELINE,
     MIGRATIONS,
@@ -104,6 +110,7 @@ class Ledger(StatusHistory, RunLiveness, EvidenceRecords, RunFacts):
         db = p / DB_NAME if p.is_dir() else p
         if not db.parent.is_dir():
             raise input_error(str(db), "its folder does not exist", "create it or fix the path")
+        refuse_lost_history(db)
         conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         conn.row_factory = sqlite3.Row
         ledger = cls(conn, db, heartbeat_timeout_s)

@@ -46,7 +46,7 @@ def check_target_modules(
         if any(re.match(rf"(^|.*\.){re.escape(m)}($|\..*)", n) for m in modules_to_save)
     ]
     counts = {p: sum(_matches(p, n) for n in names if n not in saved) for p in patterns}
-    unmatched = [p for p, c in counts.items() if c == 0]
+    unmatched = [p for p, c in counts.items() if c == 0] or ([] if counts else ["(none)"])
     if unmatched:
         existing = linear_module_names(model)
         return Finding(

@@ -7,11 +7,11 @@ section, what is missing and which command fills it) and rewritten after every s
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from tunepilot.data.workspace import Workspace
+from tunepilot.errors import write_text_atomic
 
 REPORT_FILE = "index.html"
 
@@ -23,11 +23,8 @@ def write_report(ws: Workspace) -> tuple[Path, dict[str, Any]]:
 
     data = collect(ws)
     page = render(data)
-    ws.report_dir.mkdir(parents=True, exist_ok=True)
     path = ws.report_dir / REPORT_FILE
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, path)  # a reader (or a browser reloading) never sees half a page
+    write_text_atomic(path, page)  # a reader (or a browser reloading) never sees half a page
     return path, data
 
 

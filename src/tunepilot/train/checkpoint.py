@@ -35,10 +35,13 @@ from tunepilot.train import rng
 from tunepilot.train.manifest import (
     FORMAT,
     fsync_dir,
+    read_tensors,
+    refusing,
     verify_checkpoint,
     write_json,
     write_manifest,
 )
+from tunepilot.train.optimizer import optimizer_files, read_optimizer_files
 
 if TYPE_CHECKING:
     import torch
@@ -110,13 +113,15 @@ def save_checkpoint(
         # Weights: an adapter in PEFT's own format so `PeftModel.from_pretrained` reads it as is.
         inner = unwrap(model)
         if _is_peft(inner):
-            inner.save_pretrained(str(tmp), safe_serialization=True)
+            embeddings = embedding_layers_to_save(inner)
+            inner.save_pretrained(str(tmp), safe_serialization=True,
+                                  save_embedding_layers=embeddings)  # fmt: skip
             # PEFT's model card names the base by its absolute path; a checkpoint needs no card.
             (tmp / "README.md").unlink(missing_ok=True)
         else:
             save_model(inner, str(tmp / _FULL_WEIGHTS))  # handles tied weights, unlike save_file
 
-        tensors, opt_json = _flatten_optimizer(optimizer.state_dict())
+        tensors, opt_json = optimizer_files(optimizer.state_dict())
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         write_json(tmp / "optimizer.json", opt_json)
 
@@ -158,6 +163,18 @@ def save_checkpoint(
     return final
 
 
+def embedding_layers_to_save(model: Any) -> bool | str:
+    """PEFT's `save_embedding_layers`: its own "auto" when LoRA targets an embedding, else
+    False. tunepilot never resizes a vocabulary, and "auto" would then ask the Hub for the
+    base's config.json on every save (the adapter names its base by the campaign's relative
+    name, which is no local folder from here): a network call per checkpoint."""
+    from peft.utils.constants import EMBEDDING_LAYER_NAMES
+
+    targeted = any(name in (c.target_modules or ()) for c in model.peft_config.values()
+                   for name in EMBEDDING_LAYER_NAMES)  # PEFT's own test (a set, or a regex)
+    return "auto" if targeted else False
+
+
 def _state_bytes(model: Any, optimizer: torch.optim.Optimizer) -> int:
     """About what a checkpoint writes: the weights saved plus the optimizer's tensors."""
     import torch
@@ -175,21 +192,6 @@ def _state_bytes(model: Any, optimizer: torch.optim.Optimizer) -> int:
         if isinstance(v, torch.Tensor)
     )
     return weights + state
-
-
-def _flatten_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Split `optimizer.state_dict()` into safetensors-able tensors and JSON."""
-    import torch
-
-    tensors: dict[str, torch.Tensor] = {}
-    other: dict[str, dict[str, Any]] = {}
-    for index, per_param in state["state"].items():
-        for name, value in per_param.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"state.{index}.{name}"] = value.detach().contiguous()
-            else:
-                other.setdefault(str(index), {})[name] = value
-    return tensors, {"param_groups": state["param_groups"], "non_tensor_state": other}
 
 
 def _keep_last(root: Path, newest: int, keep_last: int) -> None:
@@ -267,7 +269,7 @@ def read_state(folder: Path) -> dict[str, Any]:
     """state.json of a verified step folder, refused as bad input when it is not the object
     save_checkpoint writes (a damaged or hand-edited file never reaches the loop as is)."""
     path = Path(folder) / "state.json"
-    with reading(path, STATE_FIX, what="checkpoint state", title="checkpoint refused"):
+    with refusing(path, "checkpoint state", STATE_FIX):  # resume falls back past it
         state = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(state, dict):
             raise TypeError(f"a JSON {type(state).__name__}, not an object")
@@ -297,10 +299,14 @@ def load_weights(folder: Path, model: Any) -> dict[str, Any]:
     What inference, export and the sealed test need; resuming also needs `load_checkpoint`.
     Returns state.json.
     """
-    from safetensors.torch import load_model
-
     folder = Path(folder)
     verify_checkpoint(folder)
+    return _load_verified_weights(folder, model)
+
+
+def _load_verified_weights(folder: Path, model: Any) -> dict[str, Any]:
+    from safetensors.torch import load_model
+
     state = read_state(folder)
     inner = unwrap(model)
     if state.get("weights") == "peft":
@@ -308,7 +314,8 @@ def load_weights(folder: Path, model: Any) -> dict[str, Any]:
     else:
         path = folder / _FULL_WEIGHTS
         try:
-            missing, unexpected = load_model(inner, str(path), strict=False)
+            with refusing(path, "safetensors file"):  # a truncated file is a refusal
+                missing, unexpected = load_model(inner, str(path), strict=False)
         except RuntimeError as exc:  # shape mismatches; keep the first line, not the wall
             _refuse_key_mismatch(path, [], [], str(exc).strip().splitlines()[-1].strip())
         _refuse_key_mismatch(path, missing, unexpected)
@@ -318,24 +325,17 @@ def load_weights(folder: Path, model: Any) -> dict[str, Any]:
 def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Verify, then load weights and optimizer state in place; returns state.json.
 
-    The RNG tensors are returned under `state["rng_tensors"]`; the caller restores the
-    generators last, once everything that may consume randomness is built.
+    Every file is read before the model changes, so a refused one (manifest.refusing) leaves
+    the model as it was for the fallback. The RNG tensors are returned under
+    `state["rng_tensors"]`; the caller restores the generators last, once everything that may
+    consume randomness is built.
     """
-    from safetensors.torch import load_file
-
-    state = load_weights(folder, model)
-    tensors = load_file(str(folder / "optimizer.safetensors"))
-    meta = json.loads((folder / "optimizer.json").read_text(encoding="utf-8"))
-    per_param: dict[int, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        _, index, name = key.split(".", 2)
-        per_param.setdefault(int(index), {})[name] = value
-    for index, values in meta["non_tensor_state"].items():
-        per_param.setdefault(int(index), {}).update(values)
-    groups = meta["param_groups"]
-    for group in groups:  # JSON turned tuples into lists
-        if isinstance(group.get("betas"), list):
-            group["betas"] = tuple(group["betas"])
+    folder = Path(folder)
+    verify_checkpoint(folder)
+    read_state(folder)
+    per_param, groups = read_optimizer_files(folder)
+    rng_tensors = read_tensors(folder / "rng.safetensors")
+    state = _load_verified_weights(folder, model)
     try:
         optimizer.load_state_dict({"state": per_param, "param_groups": groups})
     except ValueError as exc:
@@ -345,13 +345,12 @@ def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer) 
             "resume with the same model, adapter settings and trainable modules",
             title="checkpoint does not match the model",
         ) from None
-    state["rng_tensors"] = load_file(str(folder / "rng.safetensors"))
+    state["rng_tensors"] = rng_tensors
     return state
 
 
 def _load_adapter(folder: Path, model: Any) -> None:
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
-    from safetensors.torch import load_file
 
     if not _is_peft(model):
         raise input_error(
@@ -360,8 +359,10 @@ def _load_adapter(folder: Path, model: Any) -> None:
             "wrap the base model with the same LoRA settings before resuming",
             title="checkpoint does not match the model",
         )
-    saved = load_file(str(folder / _PEFT_WEIGHTS))
-    expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model).items()}
+    saved = read_tensors(folder / _PEFT_WEIGHTS)
+    saved_by_peft = get_peft_model_state_dict(
+        model, save_embedding_layers=embedding_layers_to_save(model))
+    expected = {k: tuple(v.shape) for k, v in saved_by_peft.items()}
     shapes = [
         f"{k} {tuple(v.shape)} saved, {expected[k]} now"
         for k, v in saved.items()

@@ -59,7 +59,7 @@ from tunepilot.train.distributed import is_fully_sharded
 from tunepilot.train.optimizer import build_optimizer
 from tunepilot.train.precision import autocast_and_scaler
 from tunepilot.train.records import Records, RecordSink
-from tunepilot.train.resume_point import load_resumable
+from tunepilot.train.resume_point import load_resumable, set_aside_newer
 from tunepilot.train.schedule import lr_at
 from tunepilot.train.sharded import load_gathered_checkpoint, save_gathered_checkpoint
 from tunepilot.train.stopping import CheckpointSchedule, StopSignals
@@ -163,12 +163,15 @@ def train(
     last_checkpoint: Path | None = None
     refused: list[str] = []
     resumed_from: Path | None = None
+    set_aside: list[Path] = []  # the folder resumed from, when newer ones were refused
     if resume is not None:  # a step folder, or the newest verified one of a run folder
         load = load_gathered_checkpoint if is_fsdp else load_checkpoint
         folder, state, refused = load_resumable(Path(resume), lambda f: load(f, model, optimizer))
         if refused and rank == 0:
             _say(f"resuming from {folder.name}: newer checkpoint(s) did not verify and their "
-                 f"updates will be trained again: {'; '.join(refused)}")  # fmt: skip
+                 f"updates will be trained again (set aside as refused-step-N at the next "
+                 f"checkpoint): {'; '.join(refused)}")  # fmt: skip
+            set_aside.append(folder)
         check_identity(folder, state, identity)
         done, examples_seen, elapsed_before = restore_position(folder, state, sampler, scaler)
         last_checkpoint = folder
@@ -203,6 +206,8 @@ def train(
         generators = rng.gather(rank, world_size)  # every rank's, on rank 0: a collective
         if not joins:
             return step_folder(run_dir, done)  # rank 0 writes it
+        if set_aside:  # before keep-last counts the refused folders (every rank has loaded)
+            set_aside_newer(run_dir, set_aside.pop())
         extra = {
             "seed": settings.seed, "examples_seen": examples_seen, "plan": plan.to_json(),
             "elapsed_seconds": elapsed(),

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,36 @@ class CheckpointRefused(InputError):
     """A checkpoint that does not verify: missing or unreadable manifest, a changed, missing
     or unsafe file. Resume may fall back to an older checkpoint on this error (and on no
     other: a checkpoint that verifies but does not fit the model is the user's to fix)."""
+
+
+REFUSED_FIX = "resume from another step folder (`tunepilot resume RUN --from step-N`)"
+
+
+@contextmanager
+def refusing(path: Path, what: str, fix: str = REFUSED_FIX) -> Iterator[None]:
+    """Read a checkpoint file inside the block; what its content raises is a refusal.
+
+    Bad JSON, a missing entry, or a truncated safetensors file whose MANIFEST.json was
+    rewritten to match: the checkpoint does not verify in the sense that matters, so resume
+    falls back past it (loudly), and nothing reaches the user as a traceback. Keep the block
+    to reading and parsing, before anything is loaded into a model."""
+    from safetensors import SafetensorError
+
+    try:
+        with reading(path, fix, what=what, title="checkpoint refused", also=(SafetensorError,)):
+            yield
+    except CheckpointRefused:
+        raise
+    except InputError as exc:
+        raise CheckpointRefused(exc.problems, title=exc.title) from None
+
+
+def read_tensors(path: Path) -> dict[str, Any]:
+    """A checkpoint's safetensors file as torch tensors, refused when it cannot be read."""
+    from safetensors.torch import load_file
+
+    with refusing(path, "safetensors file"):
+        return load_file(str(path))
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -86,19 +118,15 @@ def verify_checkpoint(folder: Path) -> dict[str, Any]:
     if not manifest_path.is_file():
         raise CheckpointRefused(
             [Problem(str(manifest_path), "no MANIFEST.json (an incomplete or foreign checkpoint)",
-                     "resume from another step folder (`tunepilot resume RUN --from step-N`)")],
+                     REFUSED_FIX)],
             title="checkpoint refused",
         )
-    fix = "resume from another step folder (`tunepilot resume RUN --from step-N`)"
-    try:  # an unreadable manifest is a refusal too: resume may fall back past it
-        with reading(manifest_path, fix, what="manifest", title="checkpoint refused"):
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            listed: dict[str, tuple[int, str]] = {  # every entry whole before any is judged
-                str(name): (int(entry["bytes"]), str(entry["sha256"]))
-                for name, entry in dict(manifest["files"]).items()
-            }
-    except InputError as exc:
-        raise CheckpointRefused(exc.problems, title=exc.title) from None
+    with refusing(manifest_path, "manifest"):  # resume may fall back past it too
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        listed: dict[str, tuple[int, str]] = {  # every entry whole before any is judged
+            str(name): (int(entry["bytes"]), str(entry["sha256"]))
+            for name, entry in dict(manifest["files"]).items()
+        }
     problems: list[Problem] = []
     present = {
         str(p.relative_to(folder)): p

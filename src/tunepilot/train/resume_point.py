@@ -13,7 +13,10 @@ from typing import Any
 
 from tunepilot.errors import input_error
 from tunepilot.train.checkpoint import STEP_PREFIX, step_folders
-from tunepilot.train.manifest import CheckpointRefused
+from tunepilot.train.manifest import CheckpointRefused, fsync_dir
+
+REFUSED_PREFIX = "refused-"
+"""A refused checkpoint set aside: kept for inspection, never a step folder again."""
 
 
 def _is_step(folder: Path) -> bool:
@@ -59,6 +62,33 @@ def load_resumable(
         str(folder / "checkpoints"),
         "no checkpoint that verifies" + (f" ({'; '.join(refused)})" if refused else
                                           " (the run stopped before its first checkpoint)"),
+        ("restore or remove what each refusal names (a pickle never belongs in a checkpoint) "
+         "and resume again, or start the run again as a new attempt (`tunepilot run CAMPAIGN "
+         "--retry RUN`)") if refused else
         "start the run again as a new attempt (`tunepilot run CAMPAIGN --retry RUN`)",
         title="nothing to resume",
     )  # fmt: skip
+
+
+def set_aside_newer(run_dir: Path, resumed: Path) -> list[Path]:
+    """Rename the step folders newer than `resumed` to `refused-step-N`; returns the new paths.
+
+    Called once a resume fell back past them (they did not verify) and before the first new
+    checkpoint: otherwise `keep_last_checkpoints` would count a broken newer folder and delete
+    the good one the run resumed from, leaving nothing that verifies. Nothing is deleted: the
+    folders stay for inspection, named so that no resume tries them again.
+    """
+    moved: list[Path] = []
+    for folder in step_folders(run_dir):
+        if parse_step(folder.name) <= parse_step(resumed.name):
+            continue
+        target = folder.with_name(REFUSED_PREFIX + folder.name)
+        n = 1
+        while target.exists():
+            n += 1
+            target = folder.with_name(f"{REFUSED_PREFIX}{folder.name}-{n}")
+        folder.rename(target)
+        moved.append(target)
+    if moved:
+        fsync_dir(moved[0].parent)
+    return moved

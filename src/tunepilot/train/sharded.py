@@ -31,7 +31,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import input_error
-from tunepilot.train.checkpoint import read_state, save_checkpoint, step_folder, verify_checkpoint
+from tunepilot.train.checkpoint import (
+    embedding_layers_to_save,
+    read_state,
+    save_checkpoint,
+    step_folder,
+    verify_checkpoint,
+)
+from tunepilot.train.manifest import read_tensors
+from tunepilot.train.optimizer import read_optimizer_files
 
 if TYPE_CHECKING:
     import torch
@@ -86,10 +94,8 @@ def load_gathered_checkpoint(
     folder: Path, model: Any, optimizer: torch.optim.Optimizer
 ) -> dict[str, Any]:
     """`checkpoint.load_checkpoint` for an FSDP2 model: every rank verifies the manifest,
-    reads the full tensors and keeps its shard. Returns state.json (+ "rng_tensors")."""
-    import json
-
-    from safetensors.torch import load_file
+    reads the full tensors and keeps its shard. Returns state.json (+ "rng_tensors"). Every
+    file is read before the model changes, so a refused one leaves it for the fallback."""
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         set_model_state_dict,
@@ -107,35 +113,25 @@ def load_gathered_checkpoint(
                 title="checkpoint does not match the model",
             )  # fmt: skip
         path = folder / "adapter_model.safetensors"
-        saved, names = load_file(str(path)), _adapter_fqns(model)
+        saved, names = read_tensors(path), _adapter_fqns(model)
         _refuse_mismatch(path, sorted(names.keys() - saved.keys()), sorted(saved.keys() - names))
         weights = {names[key]: value for key, value in saved.items()}
     else:
-        weights = load_file(str(folder / "model.safetensors"))
+        weights = read_tensors(folder / "model.safetensors")
+    by_index, saved_groups = read_optimizer_files(folder)
+    rng_tensors = read_tensors(folder / "rng.safetensors")
     set_model_state_dict(
         model, weights, options=StateDictOptions(full_state_dict=True, strict=False)
     )
 
-    tensors = load_file(str(folder / "optimizer.safetensors"))
-    meta = json.loads((folder / "optimizer.json").read_text(encoding="utf-8"))
     order = _param_order(model, optimizer)
-    per_param: dict[str, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        _, index, name = key.split(".", 2)
-        per_param.setdefault(order[int(index)], {})[name] = value
-    for index, values in meta["non_tensor_state"].items():
-        per_param.setdefault(order[int(index)], {}).update(values)
-    groups = []
-    for group in meta["param_groups"]:
-        group = dict(group, params=[order[i] for i in group["params"]])
-        if isinstance(group.get("betas"), list):  # JSON turned the tuple into a list
-            group["betas"] = tuple(group["betas"])
-        groups.append(group)
+    per_param = {order[index]: values for index, values in by_index.items()}
+    groups = [dict(group, params=[order[i] for i in group["params"]]) for group in saved_groups]
     set_optimizer_state_dict(
         model, optimizer, {"state": per_param, "param_groups": groups},
         options=StateDictOptions(full_state_dict=True),
     )  # fmt: skip
-    state["rng_tensors"] = load_file(str(folder / "rng.safetensors"))
+    state["rng_tensors"] = rng_tensors
     return state
 
 
@@ -149,9 +145,9 @@ class _GatheredModel:
             self.peft_config = model.peft_config
             self.get_base_model = model.get_base_model
 
-    def save_pretrained(self, folder: str, safe_serialization: bool = True) -> None:
+    def save_pretrained(self, folder: str, safe_serialization: bool = True, **kw: Any) -> None:
         self._model.save_pretrained(
-            folder, safe_serialization=safe_serialization, state_dict=self._state
+            folder, safe_serialization=safe_serialization, state_dict=self._state, **kw
         )
 
     def state_dict(self) -> dict[str, Any]:  # safetensors.save_model for a full fine-tune
@@ -211,7 +207,8 @@ def _adapter_fqns(model: Any) -> dict[str, str]:
 
     names = list(model.state_dict().keys())
     placeholders = {name: torch.tensor(i) for i, name in enumerate(names)}
-    picked = get_peft_model_state_dict(model, state_dict=placeholders)
+    picked = get_peft_model_state_dict(model, state_dict=placeholders,
+                                       save_embedding_layers=embedding_layers_to_save(model))
     return {key: names[int(value)] for key, value in picked.items()}
 
 

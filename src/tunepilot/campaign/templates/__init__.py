@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-from tunepilot.errors import input_error
+from tunepilot.errors import input_error, write_text_atomic
 
 TASKS = ("classification", "extraction", "format", "image_classification", "chat")
 
@@ -27,6 +27,5 @@ def write_template(directory: Path, task: str, force: bool = False) -> Path:
             "a campaign file already exists",
             "choose another folder or pass --force to overwrite it",
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text.replace("{DIR}", str(directory)), encoding="utf-8")
+    write_text_atomic(path, text.replace("{DIR}", str(directory)))
     return path
