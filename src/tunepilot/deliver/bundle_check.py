@@ -1,17 +1,13 @@
 """The reload check's child process (R2, R4): a bundle loaded the way a colleague would load it.
 
-Run as `python -P -m tunepilot.deliver.bundle_check DIR [--base FOLDER]`, or as a plain script
-(`python bundle_check.py DIR`) on a machine without tunepilot; it prints one JSON object on
-stdout (`findings`, plus the tunepilot modules this process imported). `tunepilot verify`
-starts it in a fresh interpreter, so nothing in memory from training can make a broken bundle
-look good. A PASS must mean "plain transformers + peft reproduce the model", so no tunepilot
-code sits on the load path: at import time this module uses the standard library only (the
-test suite checks the child's `sys.modules`), and it is one file.
-
-The order is the R4 order: every byte is checked against MANIFEST.json and every file type
-against an allow-list (pickles refused by suffix *and* by content, never opened with a loader);
-then the base model is found and compared with base.json (P4); only then is anything
-deserialised, loaded and replayed (R2). Each FAIL names the file or the control input.
+`python -P -m tunepilot.deliver.bundle_check DIR [--base FOLDER]` prints one JSON object
+(`findings`, and the tunepilot modules this process imported); `tunepilot verify` starts it in
+a fresh interpreter, so nothing in memory from training can make a broken bundle look good. A
+PASS must mean "plain transformers + peft reproduce the model": this one file imports only the
+standard library at import time (the tests check the child's `sys.modules`), so it also runs
+as a plain script on a machine without tunepilot. R4 order: every byte against MANIFEST.json
+and every file type against an allow-list (pickles refused by suffix and content, never
+opened); then the base against base.json (P4); only then deserialise, load and replay (R2).
 """
 
 from __future__ import annotations
@@ -232,9 +228,8 @@ def load_bundle(bundle: Path, spec: dict[str, Any], base_folder: Path | None) ->
 
 def _first_difference(now: list[int], expected: list[int]) -> str:
     i = next((i for i, (x, y) in enumerate(zip(now, expected, strict=False)) if x != y), None)
-    if i is None:
-        return f"length {len(expected)} expected, {len(now)} now"
-    return f"position {i}: {expected[i]} expected, {now[i]} now"
+    return (f"length {len(expected)} expected, {len(now)} now" if i is None
+            else f"position {i}: {expected[i]} expected, {now[i]} now")  # fmt: skip
 
 
 def _replay_one(model: Any, tokenizer: Any, kind: str, labels: list[str] | None,
@@ -302,8 +297,7 @@ def replay(model: Any, tokenizer: Any, controls: dict[str, Any]) -> list[dict[st
     recorded = controls.get("device", "cpu")
     device = "cuda" if recorded == "cuda" and torch.cuda.is_available() else "cpu"
     model.to(device)
-    # A base in bf16/fp16 rounds differently once reloaded: export records the tolerance.
-    tolerance = float(controls.get("logit_tolerance", LOGIT_TOLERANCE))
+    tolerance = float(controls.get("logit_tolerance", LOGIT_TOLERANCE))  # a bf16 base: looser
     fails, worst = [], 0.0
     for c in inputs:
         c["_tolerance"] = tolerance
@@ -372,8 +366,7 @@ def check_bundle(bundle: Path, base_override: Path | None = None) -> list[dict[s
     return findings
 
 
-def _said(exc: Exception) -> str:
-    """An exception in one line: its type and the first line of its message."""
+def _said(exc: Exception) -> str:  # an exception in one line: type and first line
     return f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0][:300]
 
 
@@ -392,13 +385,12 @@ def main(argv: list[str] | None = None) -> int:
         findings = [finding("bundle content", FAIL, "R2", f"{_said(exc)}; re-export the run")]
     finally:
         sys.stdout = out
+    stack = {m: getattr(sys.modules[m], "__version__", "?") for m in _STACK if m in sys.modules}
     payload = {
         "format": FORMAT, "bundle": str(args.bundle.resolve()), "pid": os.getpid(),
-        "seconds": round(time.perf_counter() - start, 3), "findings": findings,
+        "seconds": round(time.perf_counter() - start, 3), "findings": findings, "stack": stack,
         # the evidence that no tunepilot code was on the load path (the checker is __main__)
         "tunepilot_modules": sorted(m for m in sys.modules if m.split(".")[0] == "tunepilot"),
-        "stack": {m: getattr(sys.modules[m], "__version__", "?") for m in _STACK
-                  if m in sys.modules},
     }  # fmt: skip
     sys.stdout.write(json.dumps(payload) + "\n")
     return 0
