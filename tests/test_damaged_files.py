@@ -81,7 +81,9 @@ def test_p1_lora_target_matching_nothing_at_run_is_bad_input_with_the_key(
                         ["model.lora.target_modules=[no_such_module]"])  # fmt: skip
     with pytest.raises(InputError) as info:
         flow.run(ws, ["control"], "0", None, as_json=False)
-    assert info.value.problems[0].where == "model.lora.target_modules"
+    problem = info.value.problems[0]
+    assert problem.where == "model.lora.target_modules"
+    assert "query" in problem.fix and "as the sentence says" not in problem.fix  # a real fix
     with Ledger.open(ws.ledger_path) as ledger:  # the attempt keeps its line and reason (V3)
         (row,) = ledger.list_runs()
     assert row.status == "failed" and "no_such_module" in (row.reason or "")

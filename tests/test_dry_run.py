@@ -86,6 +86,22 @@ def test_item1_fp32_saved_modules_train_inside_a_bf16_base_without_autocast(
     assert all(torch.isfinite(g).all() for g in grads.values())
 
 
+def test_item1_a_quantized_base_on_cpu_is_refused_before_a_run_id_is_reserved(
+    llama_campaign: Path,
+) -> None:
+    """`run` with model.base_dtype nf4 on this CPU is bad input naming the key, and leaves no
+    attempt in the ledger (a row there would only send a retry into the same refusal)."""
+    from tunepilot.experiments import flow
+    from tunepilot.ledger import Ledger
+
+    ws = _ws(llama_campaign, **{"model.base_dtype": "nf4"})
+    with pytest.raises(InputError) as info:
+        flow.run(ws, ["control"], "0", None, as_json=False)
+    assert info.value.problems[0].where == "model.base_dtype"
+    with Ledger.open(ws.ledger_path) as ledger:
+        assert ledger.list_runs() == []
+
+
 def test_item1_unset_base_dtype_resolves_to_fp32_on_cpu(tiny_llama_dir) -> None:
     from tunepilot.campaign import ModelSettings
     from tunepilot.model.base import resolve_source

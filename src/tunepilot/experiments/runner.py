@@ -221,6 +221,10 @@ def execute_run(
         variant, seed, run_id = row.variant, row.seed, row.id
         resume_from = resume_source(ws, run_id, ledger.run_folder(row), from_step)
     campaign = run_campaign_for(ws, variant, seed)
+    if campaign.model.base_dtype:  # refused before an id is reserved: a retry would fail alike
+        from tunepilot.model.base_dtype import require_quantization_backend
+
+        require_quantization_backend(campaign.model.base_dtype)
     encoded = session.encoded(campaign)
     data_version = encoded.prepared.version
     if resume_run_id is None:  # the id and its runs row land in one transaction

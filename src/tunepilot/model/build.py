@@ -59,7 +59,8 @@ class SetupFailure(InputError):
     def __init__(self, finding: Finding, key: str = "model") -> None:
         self.finding = finding
         super().__init__(
-            [Problem(key, finding.sentence, "change that setting as the sentence says")],
+            [Problem(key, finding.sentence,
+                     finding.details.get("fix") or f"change {key} as the sentence says")],
             title="model set-up refused",
         )
 

@@ -56,7 +56,9 @@ def check_target_modules(
             f"modules are {existing}; fix model.lora.target_modules",
             "P1, P2",
             examples=existing[:20],
-            details={"unmatched": unmatched, "matches": counts, "linear_modules": existing},
+            details={"unmatched": unmatched, "matches": counts, "linear_modules": existing,
+                     "fix": f"set model.lora.target_modules to names from {existing[:8]} (or "
+                     "[all-linear])"},  # fmt: skip
         )
     return Finding(
         "lora-targets",
@@ -112,7 +114,8 @@ def check_new_head_trainable(model: Any, new_keys: list[str]) -> Finding:
             + " to model.lora.modules_to_save",
             "P2",
             examples=frozen[:20],
-            details={"frozen_new_keys": frozen, "modules": modules},
+            details={"frozen_new_keys": frozen, "modules": modules,
+                     "fix": "add " + ", ".join(short) + " to model.lora.modules_to_save"},
         )
     return Finding(
         "new-head-trainable",
