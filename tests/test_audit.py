@@ -226,6 +226,10 @@ def test_h2_class_balance_passes_and_warns_on_ratio_and_tiny_classes():
     f = check_class_balance(balanced, ["a", "b"], audit)
     assert f.verdict is PASS
     assert f.sentence == "training has 2 classes from 6 (b) to 10 (a) examples, ratio 1.7"
+    even = {"train": [ex(f"{c}{i}", f"{c} {i}", c) for c in "ab" for i in range(8)]}
+    assert check_class_balance(even, ["a", "b"], audit).sentence == (
+        "training has 2 classes of 8 examples each"
+    )
     skewed = {
         "train": [ex(f"a{i}", "x", "a") for i in range(90)]
         + [ex(f"b{i}", "y", "b") for i in range(4)]

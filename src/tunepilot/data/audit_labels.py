@@ -87,6 +87,8 @@ def check_class_balance(splits: Splits, label_names: list[str], audit: AuditSett
     seen = (
         f"training has {len(names)} classes from {train[small]} ({small}) to {train[big]} "
         f"({big}) examples, ratio {ratio:.1f}"
+        if train[big] != train[small]
+        else f"training has {len(names)} classes of {train[big]} examples each"
     )
     why = []
     if ratio > audit.imbalance_warn_ratio:
