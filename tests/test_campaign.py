@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from campaign_support import with_setting
 from tunepilot.campaign import load_campaign, validate_mapping
 from tunepilot.campaign.checks import check_campaign
 from tunepilot.campaign.templates import TASKS, template_text
@@ -31,13 +32,7 @@ def _write(tmp_path: Path, raw: dict | str) -> Path:
 
 
 def _with(key: str, value) -> dict:
-    raw = json.loads(json.dumps(MINIMAL))
-    node = raw
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
-    return raw
+    return with_setting(MINIMAL, key, value)
 
 
 def test_h1_minimal_campaign_gets_defaults_from_the_schema():

@@ -6,13 +6,13 @@ schema once; a wrong command-line override names the argument, not a line of the
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 import yaml
 
+from campaign_support import with_setting
 from tunepilot.campaign import load_campaign, validate_mapping
 from tunepilot.campaign.checks import campaign_warnings, check_campaign
 from tunepilot.campaign.variants import parse_seeds, variant_campaign, variant_diff
@@ -30,13 +30,7 @@ TUNEPILOT = [sys.executable, "-m", "tunepilot.cli"]
 
 
 def _with(key: str, value) -> dict:
-    raw = json.loads(json.dumps(MINIMAL))
-    node = raw
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
-    return raw
+    return with_setting(MINIMAL, key, value)
 
 
 def _variants(**variants) -> dict:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from campaign_support import files_campaign
 from tunepilot.campaign import validate_mapping
 from tunepilot.data.prepare import prepare_data, seal_hash
 from tunepilot.errors import InputError
@@ -257,22 +258,8 @@ def test_d1_bad_data_is_refused_with_location_and_fix(name: str, tmp_path: Path)
 def test_d1_problems_from_every_file_are_reported_together(tmp_path: Path) -> None:
     (tmp_path / "train.jsonl").write_text(GOOD + "{oops\n", "utf-8")
     (tmp_path / "validation.jsonl").write_text('{"text": "", "label": "a"}\n', "utf-8")
-    campaign = validate_mapping(
-        {
-            "name": "c",
-            "hypothesis": {"behaviour": "b", "task": "classification"},
-            "model": {"name_or_path": "m"},
-            "data": {
-                "files": {
-                    "train": "train.jsonl",
-                    "validation": "validation.jsonl",
-                    "test": "missing.jsonl",
-                },
-                "fields": {"text": "text", "label": "label"},
-                "cleaning": [],
-            },
-        }
-    )
+    files = {"train": "train.jsonl", "validation": "validation.jsonl", "test": "missing.jsonl"}
+    campaign = validate_mapping(files_campaign(files, cleaning=[]))
     with pytest.raises(InputError) as info:
         prepare_data(campaign, tmp_path, write=False)
     wheres = [p.where for p in info.value.problems]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from campaign_support import files_campaign
 from tunepilot.campaign import validate_mapping
 from tunepilot.data.clean import clean, duplicate_key
 from tunepilot.data.prepare import prepare_data
@@ -78,23 +79,9 @@ def test_d2_dedup_runs_before_splitting_and_the_training_copy_wins(tmp_path: Pat
         '{"text": "Same  TEXT", "label": "a"}\n{"text": "new", "label": "b"}\n', "utf-8"
     )
     (tmp_path / "validation.jsonl").write_text('{"text": "val", "label": "a"}\n', "utf-8")
-    campaign = validate_mapping(
-        {
-            "name": "c",
-            "hypothesis": {"behaviour": "b", "task": "classification"},
-            "model": {"name_or_path": "m"},
-            "data": {
-                # test listed first on purpose: the order is train, validation, test anyway
-                "files": {
-                    "test": "test.jsonl",
-                    "train": "train.jsonl",
-                    "validation": "validation.jsonl",
-                },
-                "fields": {"text": "text", "label": "label"},
-                "cleaning": ["strip", "drop_exact_duplicates"],
-            },
-        }
-    )
+    # test listed first on purpose: the order is train, validation, test anyway
+    files = {"test": "test.jsonl", "train": "train.jsonl", "validation": "validation.jsonl"}
+    campaign = validate_mapping(files_campaign(files, ["strip", "drop_exact_duplicates"]))
     prepared = prepare_data(campaign, tmp_path, write=False)
     assert [e.id for e in prepared.splits["train"]] == ["train:1", "train:2"]
     assert [e.id for e in prepared.splits["test"]] == ["test:2"]
