@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
+from rich.markup import escape  # user text such as `[bogus]` or `[refund] ...` is not markup
 from rich.table import Table
 
 from tunepilot.errors import InputError
@@ -46,8 +47,6 @@ def print_input_error(err: InputError) -> None:
     Soft-wrapped: a terminal folds a long line for the eye, but no newline is ever inserted, so
     a path or a key copied from the message (or grepped from a log) stays whole at any width.
     """
-    from rich.markup import escape  # `training.lr=[1e-4]` or `[bogus]` are text, not markup
-
     error_console.print(f"[bold red]error:[/] {escape(err.title)} ({len(err.problems)} "
                         "problem(s))")  # fmt: skip
     for problem in err.problems:
@@ -65,8 +64,6 @@ def findings_table(findings: list[Finding], title: str) -> Table:
     table.add_column("verdict", no_wrap=True)
     table.add_column("what was seen / what to do", ratio=1, min_width=40)
     table.add_column("req", no_wrap=True, style="dim")
-    from rich.markup import escape  # an example text such as `[refund] ...` is not markup
-
     for f in findings:
         sentence = escape(f.sentence)
         if f.examples:

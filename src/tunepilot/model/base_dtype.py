@@ -102,6 +102,14 @@ def keep_trainable_fp32(model: Any) -> list[str]:
             f"(e.g. {moved[0]})"]  # fmt: skip
 
 
+def low_precision_base(model: Any) -> Any:
+    """The half dtype (bf16 or fp16) the frozen base computes in, or None for an fp32 base."""
+    import torch
+
+    frozen = {p.dtype for p in model.parameters() if not p.requires_grad and p.is_floating_point()}
+    return next((d for d in (torch.bfloat16, torch.float16) if d in frozen), None)
+
+
 def bridge_trained_modules(model: Any) -> list[str]:
     """Let fp32 trained modules sit inside a lower-precision frozen base.
 
@@ -114,11 +122,9 @@ def bridge_trained_modules(model: Any) -> list[str]:
     """
     import torch
 
-    frozen = {p.dtype for p in model.parameters() if not p.requires_grad and p.is_floating_point()}
-    low = [d for d in (torch.bfloat16, torch.float16) if d in frozen]
-    if not low:
+    base = low_precision_base(model)
+    if base is None:
         return []
-    base = low[0]
 
     def all_trained_fp32(module: Any) -> bool:
         params = list(module.parameters())
