@@ -8,16 +8,42 @@ and by the command line (`--seeds` follows `Seeds`).
 
 from __future__ import annotations
 
-from typing import Annotated
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+)
 
 
 class Strict(BaseModel):
     """Base for every campaign section: unknown keys are errors, values are validated on set,
-    and no float is infinite or NaN (`.inf` is never a setting)."""
+    no float is infinite or NaN (`.inf` is never a setting), and no number is a yes/no value
+    (YAML reads `yes`, `on` and `true` as booleans, which pydantic would take as 1)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _number_only(field.annotation):
+            return _no_bool(value)
+        return value
+
+
+def _number_only(annotation: Any) -> bool:
+    """An int or float setting (optional or not) that takes no boolean."""
+    options = set(get_args(annotation)) if get_origin(annotation) in (Union, UnionType) else {
+        annotation}  # fmt: skip
+    return bool(options & {int, float}) and bool not in options
 
 
 # Names that become folder or file names (campaign, variants, and so run ids): one rule for all,
