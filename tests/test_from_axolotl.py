@@ -146,6 +146,10 @@ def test_6_unreadable_axolotl_file_is_exit_2_naming_it(tmp_path: Path) -> None:
     bad = init(tmp_path / "b", broken)
     assert bad.returncode == 2 and "not valid YAML" in bad.stderr
     assert not (tmp_path / "b" / "campaign.yaml").exists()
+    looped = tmp_path / "looped.yml"  # was a circular-reference traceback (exit 3)
+    looped.write_text("base_model: x\nlora_target_modules: &t [*t]\n", encoding="utf-8")
+    done = init(tmp_path / "c", looped)
+    assert done.returncode == 2 and "used inside itself" in done.stderr, done.stderr
 
 
 def test_6_qlora_becomes_lora_on_a_4_bit_base_and_max_steps_wins_over_epochs() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from tunepilot.campaign.loading import read_yaml
 from tunepilot.errors import InputError, Problem, input_error
 
 # axolotl key -> campaign key (dotted), for values that carry over unchanged.
@@ -90,13 +91,7 @@ def read_axolotl(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise input_error(str(path), f"cannot read the Axolotl config ({exc})",
                           "give the path of a readable Axolotl YAML file") from None  # fmt: skip
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise input_error(where, f"not valid YAML ({getattr(exc, 'problem', exc)})",
-                          "fix the YAML syntax on that line") from None  # fmt: skip
+    config = read_yaml(text, str(path), "invalid Axolotl config")
     if not isinstance(config, dict):
         raise input_error(str(path), f"a YAML {type(config).__name__}, not a mapping of keys",
                           "give an Axolotl config (base_model:, datasets:, ...)")  # fmt: skip

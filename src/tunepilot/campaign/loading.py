@@ -306,26 +306,7 @@ def load_campaign(path: str | Path, overrides: list[str] | None = None) -> Campa
             [Problem(str(path), f"not UTF-8 (byte {exc.start})", "save the file as UTF-8")],
             title="invalid campaign",
         ) from None
-    try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
-        refuse_self_reference(raw, str(path))
-    except RecursionError:
-        raise input_error(str(path), "nested too deeply to read (beyond the YAML reader's "
-                          "recursion limit)", "a campaign is a few levels of mappings; flatten "
-                          "the deep value", title="invalid campaign") from None  # fmt: skip
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise InputError(
-            [
-                Problem(
-                    where,
-                    f"not valid YAML ({getattr(exc, 'problem', exc)})",
-                    "fix the indentation or quoting on that line",
-                )
-            ],
-            title="invalid campaign",
-        ) from None
+    raw = read_yaml(text, str(path), "invalid campaign", loader=_UniqueKeyLoader)
     overridden: dict[tuple[str, ...], str] = {}
     if overrides:
         raw = apply_overrides({} if raw is None else raw, overrides, source=str(path))
@@ -334,7 +315,27 @@ def load_campaign(path: str | Path, overrides: list[str] | None = None) -> Campa
     return validate_mapping(raw, source=str(path), text=text, overridden=overridden)
 
 
-def refuse_self_reference(raw: Any, where: str) -> None:
+def read_yaml(text: str, where: str, title: str, loader: type = yaml.SafeLoader) -> Any:
+    """YAML text as Python values, or one InputError naming `where` (and the line): invalid
+    YAML, an anchor used inside itself, nesting beyond the reader's recursion limit. The one
+    reader of every YAML file a user hands over (campaign, GPU catalog, Axolotl config)."""
+    try:
+        value = yaml.load(text, Loader=loader)  # noqa: S506 (a SafeLoader or a subclass)
+        refuse_self_reference(value, where, title)
+    except RecursionError:
+        raise input_error(where, "nested too deeply to read (beyond the YAML reader's recursion "
+                          "limit)", "these files are a few levels of mappings; flatten the deep "
+                          "value", title=title) from None  # fmt: skip
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise input_error(f"{where}:{mark.line + 1}" if mark else where,
+                          f"not valid YAML ({getattr(exc, 'problem', exc)})",
+                          "fix the YAML syntax on that line (indentation, quoting, brackets)",
+                          title=title) from None  # fmt: skip
+    return value
+
+
+def refuse_self_reference(raw: Any, where: str, title: str = "invalid campaign") -> None:
     """A YAML anchor used inside itself (`a: &x [*x]`) loads as a value that contains itself;
     every reader of it would recurse for ever. Walked without recursion."""
     stack: list[tuple[Any, tuple[int, ...]]] = [(raw, ())]
@@ -346,7 +347,7 @@ def refuse_self_reference(raw: Any, where: str) -> None:
             raise input_error(where, "a YAML anchor is used inside itself (e.g. `a: &x "
                               "[*x]`), so the value would contain itself", "write the value "
                               "out, or point the alias at another anchor",
-                              title="invalid campaign")  # fmt: skip
+                              title=title)  # fmt: skip
         children = node.values() if isinstance(node, dict) else node
         stack.extend((child, (*above, id(node))) for child in children)
 

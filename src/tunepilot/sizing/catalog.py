@@ -18,10 +18,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from tunepilot.campaign.loading import key_lines
+from tunepilot.campaign.loading import key_lines, read_yaml
 from tunepilot.errors import InputError, Problem, input_error
 from tunepilot.measure.memory import human_bytes
 from tunepilot.verdict import Verdict
@@ -202,15 +201,10 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
                           title=title)  # fmt: skip
     try:
         text = source.read_text(encoding="utf-8")
-        raw = yaml.safe_load(text)
     except UnicodeDecodeError:
         raise input_error(str(source), "not a text file", "pass a YAML file shaped like the "
                           f"shipped {default_catalog_path()}", title=title) from None  # fmt: skip
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark else str(source)
-        raise input_error(where, f"not valid YAML ({exc})", "fix the YAML syntax",
-                          title=title) from None  # fmt: skip
+    raw = read_yaml(text, str(source), title)
     if not isinstance(raw, dict):
         raise input_error(str(source), "the top level is not a mapping",
                           f"start from the shipped {default_catalog_path()}",
