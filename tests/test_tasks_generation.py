@@ -225,3 +225,13 @@ def test_h2_format_metrics_by_hand():
     out = format_metrics(["Dear Ann, thanks", "Hello"], ["Dear Ann, thanks\n", "Bye"])
     assert out["metrics"]["exact_match"] == 0.5
     assert out["metrics"]["token_f1"] == 0.5
+
+
+def test_d5_a_chat_template_that_refuses_the_prompt_is_bad_input_naming_the_row(tok):
+    """A template-based prompt wrapped by the tokenizer's chat template: a template that
+    refuses a lone user turn names the row and the fix (it was a jinja traceback)."""
+    tok.chat_template = "{{ raise_exception('a system turn must come first') }}"
+    with pytest.raises(InputError) as info:
+        GenerationEncoder(tok, TEMPLATE, max_length=256).encode(ex())
+    problem = info.value.problems[0]
+    assert problem.where == "train.jsonl:1" and "a system turn must come first" in problem.found

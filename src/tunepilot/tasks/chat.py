@@ -83,32 +83,9 @@ class ChatEncoder(CausalLMEncoder):
         return self._apply(where, turns, tokenize=False, add_generation_prompt=generation_prompt)
 
     def _apply(self, where: str, turns: list[dict[str, str]], **options: Any) -> Any:
-        """`apply_chat_template` with this template; what the template refuses is an input
-        error naming the row (or the template, for a syntax error), never a traceback."""
-        from jinja2 import TemplateError, TemplateSyntaxError
-
-        try:
-            return self.tokenizer.apply_chat_template(
-                turns, chat_template=self.template, **options
-            )
-        except TemplateSyntaxError as exc:
-            origin = ("data.chat.chat_template_jinja" if self.chat.chat_template_jinja
-                      else "the tokenizer's chat_template")  # fmt: skip
-            raise _refuse(
-                origin,
-                f"the chat template is not valid Jinja (line {exc.lineno}: {exc.message})",
-                "fix the template, or set data.chat.chat_template_jinja to one that renders",
-            ) from None
-        except TemplateError as exc:
-            roles = ", ".join(t["role"] for t in turns)
-            raise _refuse(
-                where or "data.chat",
-                f"the chat template refuses this conversation ({exc}); its roles are {roles}",
-                "make the row follow the template's rule (e.g. fold a system turn into the "
-                "first user turn, alternate user and assistant), or set "
-                "data.chat.chat_template_jinja to a template that accepts it",
-                title="conversation refused by the chat template",
-            ) from None
+        origin = ("data.chat.chat_template_jinja" if self.chat.chat_template_jinja
+                  else "the tokenizer's chat_template")  # fmt: skip
+        return self.apply_chat_template(where, turns, self.template, origin, **options)
 
     def _turns(self, example: Example) -> list[dict[str, str]]:
         if not example.messages:

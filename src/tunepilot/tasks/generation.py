@@ -14,7 +14,7 @@ import string
 from typing import Any, Literal, TypedDict, Unpack
 
 from tunepilot.campaign import stable_hash
-from tunepilot.errors import InputError, Problem
+from tunepilot.errors import InputError, Problem, input_error
 from tunepilot.tasks.base import IGNORE_INDEX, Encoded
 from tunepilot.tasks.classification import _value_text, tokenizer_identity
 from tunepilot.tasks.example import Example
@@ -154,6 +154,35 @@ class CausalLMEncoder:
             cut_turns=[turns[i] for i in cut] if turns else [],
         )
 
+    def apply_chat_template(
+        self, where: str, turns: list[dict[str, str]], template: str | None, origin: str,
+        **options: Any,
+    ) -> Any:
+        """The tokenizer's `apply_chat_template` (with `template`, else its own); what the
+        template refuses is an input error naming the row `where` (or the template `origin`,
+        for a syntax error), never a traceback."""
+        from jinja2 import TemplateError, TemplateSyntaxError
+
+        try:
+            return self.tokenizer.apply_chat_template(turns, chat_template=template, **options)
+        except TemplateSyntaxError as exc:
+            raise input_error(
+                origin,
+                f"the chat template is not valid Jinja (line {exc.lineno}: {exc.message})",
+                "fix the template, or set data.chat.chat_template_jinja to one that renders",
+                title="invalid chat template",
+            ) from None
+        except TemplateError as exc:
+            roles = ", ".join(t["role"] for t in turns)
+            raise input_error(
+                where or "data.chat",
+                f"the chat template refuses this conversation ({exc}); its roles are {roles}",
+                "make the row follow the template's rule (e.g. fold a system turn into the "
+                "first user turn, alternate user and assistant), or set "
+                "data.chat.chat_template_jinja to a template that accepts it",
+                title="conversation refused by the chat template",
+            ) from None
+
     def _described(self, **own: Any) -> dict[str, Any]:
         """describe(): the shared settings around what the subclass adds (it is hashed into the
         data version's encoding, so every setting that changes the tokens is in it)."""
@@ -235,9 +264,10 @@ class GenerationEncoder(CausalLMEncoder):
         body = self.template.format(**{**values, "text": example.text})
         if not self.uses_chat_template:
             return body
-        return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": body}], add_generation_prompt=True, tokenize=False
-        )
+        return self.apply_chat_template(
+            example.source, [{"role": "user", "content": body}], None,
+            "the tokenizer's chat_template", add_generation_prompt=True, tokenize=False,
+        )  # fmt: skip
 
     def prompt_ids(self, example: Example) -> list[int]:
         """Prompt token ids, cut to max_length as in training: what generation starts from.
