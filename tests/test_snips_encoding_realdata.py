@@ -9,7 +9,7 @@ import pytest
 
 from tunepilot.data.inspect import render_samples, samples_to_json
 from tunepilot.tasks.example import Example
-from tunepilot.tasks.generation import GenerationEncoder, check_loss_tokens
+from tunepilot.tasks.generation import GenerationEncoder
 from tunepilot.verdict import Verdict
 
 TEMPLATE = "Extract the slots of this request as JSON.\nRequest: {text}\nJSON: "
@@ -44,5 +44,8 @@ def test_d5_snips_loss_positions_are_exactly_the_json_answer(shared_data, tmp_pa
         assert tok.decode(prompt_ids) == TEMPLATE.format(text=row["text"])
     # the first row has non-ASCII text in its answer ("Cita Romántica"): kept verbatim
     assert "Romántica" in samples[0]["expected"]
-    findings = check_loss_tokens([enc.encode(e) for e in examples])
-    assert [f.verdict for f in findings] == [Verdict.PASS]
+    from tunepilot.campaign.schema import AuditSettings
+    from tunepilot.data.audit_labels import check_lengths
+
+    lengths = check_lengths({"train": examples}, enc, "extraction", enc.max_length, AuditSettings())
+    assert lengths.verdict is Verdict.PASS, lengths.sentence

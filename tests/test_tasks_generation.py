@@ -12,7 +12,7 @@ from tunepilot.tasks import make_encoder
 from tunepilot.tasks.base import IGNORE_INDEX
 from tunepilot.tasks.classification import ClassificationEncoder
 from tunepilot.tasks.example import Example
-from tunepilot.tasks.generation import GenerationEncoder, canonical_answer, check_loss_tokens
+from tunepilot.tasks.generation import GenerationEncoder, canonical_answer
 from tunepilot.tasks.metrics import extraction_metrics, format_metrics, schema_errors
 from tunepilot.verdict import Verdict
 
@@ -68,25 +68,33 @@ def test_s6_truncation_that_cuts_the_answer_is_flagged(tok):
     assert tok.eos_token_id not in cut.labels
 
 
+def _lengths(encoder, *examples):
+    """The audit's length check (D3, S6) on a training split of `examples`."""
+    from tunepilot.campaign.schema import AuditSettings
+    from tunepilot.data.audit_labels import check_lengths
+
+    return check_lengths({"train": list(examples)}, encoder, "extraction", encoder.max_length,
+                         AuditSettings())  # fmt: skip
+
+
 def test_d5_zero_loss_tokens_fail_naming_ids(tok):
     ok = GenerationEncoder(tok, TEMPLATE, max_length=256)
     tight = GenerationEncoder(tok, TEMPLATE, max_length=8)  # the prompt fills max_length
-    encoded = [ok.encode(ex(1)), tight.encode(ex(2)), tight.encode(ex(3))]
-    assert encoded[1].loss_tokens == 0
-    findings = check_loss_tokens(encoded)
-    fail = [f for f in findings if f.verdict is Verdict.FAIL]
-    assert len(fail) == 1
-    assert fail[0].examples == ["g2", "g3"]
-    assert "g2" in fail[0].sentence and "2 of 3" in fail[0].sentence
-    assert check_loss_tokens([ok.encode(ex(1))])[0].verdict is Verdict.PASS
+    assert tight.encode(ex(2)).loss_tokens == 0
+    fail = _lengths(tight, ex(2), ex(3))
+    assert fail.verdict is Verdict.FAIL
+    assert fail.examples == ["g2", "g3"]
+    assert "g2" in fail.sentence and "2 examples lose answer tokens" in fail.sentence
+    assert _lengths(ok, ex(1)).verdict is Verdict.PASS
 
 
-def test_s6_partly_cut_answer_warns(tok):
+def test_s6_partly_cut_answer_fails_as_another_experiment(tok):
     n_prompt = GenerationEncoder(tok, TEMPLATE, max_length=256).encode(ex()).prompt_length
-    cut = GenerationEncoder(tok, TEMPLATE, max_length=n_prompt + 2).encode(ex(4))
-    findings = check_loss_tokens([cut])
-    assert [f.verdict for f in findings] == [Verdict.WARN]
-    assert findings[0].examples == ["g4"]
+    encoder = GenerationEncoder(tok, TEMPLATE, max_length=n_prompt + 2)
+    assert 0 < encoder.encode(ex(4)).loss_tokens < len(encoder.encode(ex(4)).labels)
+    finding = _lengths(encoder, ex(4))
+    assert finding.verdict is Verdict.FAIL and finding.examples == ["g4"]
+    assert "not the same experiment" in finding.sentence
 
 
 def test_d5_chat_template_is_used_when_the_tokenizer_has_one(tok):

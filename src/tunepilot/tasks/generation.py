@@ -18,7 +18,6 @@ from tunepilot.errors import InputError, Problem, input_error
 from tunepilot.tasks.base import IGNORE_INDEX, Encoded
 from tunepilot.tasks.classification import _value_text, tokenizer_identity
 from tunepilot.tasks.example import Example
-from tunepilot.verdict import Finding, Verdict
 
 
 def canonical_answer(target: Any) -> str:
@@ -308,35 +307,3 @@ class GenerationEncoder(CausalLMEncoder):
         return self._described(
             template=self.template, chat_template_hash=stable_hash(chat) if chat else None
         )
-
-
-def check_loss_tokens(encoded: list[Encoded]) -> list[Finding]:
-    """D5/S6: an example whose labels are all IGNORE_INDEX teaches nothing and, averaged per
-    token, can divide by zero. FAIL naming them; WARN for answers that lost some tokens."""
-    empty = [e.example_id for e in encoded if e.loss_tokens == 0]
-    cut = [e.example_id for e in encoded if e.target_truncated and e.loss_tokens > 0]
-
-    def naming(check: str, verdict: Verdict, ids: list[str], seen: str, req: str) -> Finding:
-        sentence = f"{len(ids)} of {len(encoded)} examples {seen.format(e=', '.join(ids[:3]))}"
-        return Finding(check, verdict, sentence, requirement=req, examples=ids[:20],
-                       details={"count": len(ids)})  # fmt: skip
-
-    findings: list[Finding] = []
-    if empty:
-        findings.append(naming("loss tokens", Verdict.FAIL, empty, "have no position carrying "
-                               "loss (e.g. {e}): the prompt fills max_length; raise "
-                               "data.max_length or shorten the template", "D5, S6"))  # fmt: skip
-    if cut:
-        findings.append(naming("answer truncated", Verdict.WARN, cut, "lose answer tokens to "
-                               "max_length (e.g. {e}); the model is trained on answers without "
-                               "their end; raise data.max_length", "S6"))  # fmt: skip
-    if not findings:
-        findings.append(
-            Finding(
-                "loss tokens",
-                Verdict.PASS,
-                f"all {len(encoded)} examples carry loss on their full answer",
-                requirement="D5",
-            )
-        )
-    return findings
