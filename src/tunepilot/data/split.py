@@ -172,8 +172,9 @@ def time_key(value: str | None) -> tuple[int, float] | None:
 
 
 def _by_time(examples: Sequence[Example], policy: SplitPolicy, fields: Fields) -> dict[str, str]:
-    """Train = earliest, then validation, then test. A tie at a boundary moves to the later
-    split, so no time value appears in two splits and the periods do not overlap."""
+    """Train = earliest, then validation, then test, by whole units (a group, or a row when no
+    group is declared). A tie at a boundary moves to the later split, so no time value appears
+    in two splits and the periods do not overlap."""
     problems = ProblemList("data.fields.time")
     keyed: list[tuple[tuple[int, float], str]] = []
     for ex in examples:
@@ -194,23 +195,7 @@ def _by_time(examples: Sequence[Example], policy: SplitPolicy, fields: Fields) -
             "write every time the same way (all ISO dates with or without timezone, or numbers)",
         )
     problems.raise_if_any("cannot split by time")
-    if fields.group:
-        return _by_time_whole_groups(examples, dict((i, k) for k, i in keyed), policy)
-    keyed.sort()
-    n = len(keyed)
-    n_val, n_test = _sizes(n, policy.validation, policy.test)
-
-    def back_off_ties(cut: int) -> int:
-        while 0 < cut < n and keyed[cut - 1][0] == keyed[cut][0]:
-            cut -= 1
-        return cut
-
-    test_start = back_off_ties(n - n_test) if n_test else n
-    val_start = back_off_ties(max(0, test_start - n_val))
-    assignment = {}
-    for i, (_, ex_id) in enumerate(keyed):
-        assignment[ex_id] = "train" if i < val_start else "validation" if i < test_start else "test"
-    return assignment
+    return _by_time_units(examples, {i: k for k, i in keyed}, policy)
 
 
 def group_starts(examples: Sequence[Example], key_of: Mapping[str, tuple[int, float]]
@@ -218,16 +203,21 @@ def group_starts(examples: Sequence[Example], key_of: Mapping[str, tuple[int, fl
     """Each group's earliest time: when the conversation (patient, document) began."""
     starts: dict[str, tuple[int, float]] = {}
     for ex in examples:
-        unit = ex.group if ex.group is not None else f"\0{ex.id}"  # no group: its own unit
         if ex.id in key_of:
+            unit = _unit(ex)
             starts[unit] = min(starts.get(unit, key_of[ex.id]), key_of[ex.id])
     return starts
 
 
-def _by_time_whole_groups(
+def _unit(ex: Example) -> str:
+    """What a time split keeps whole: the example's group, or the example alone."""
+    return ex.group if ex.group is not None else f"\0{ex.id}"
+
+
+def _by_time_units(
     examples: Sequence[Example], key_of: Mapping[str, tuple[int, float]], policy: SplitPolicy
 ) -> dict[str, str]:
-    """The time split when a group is declared: whole groups, ordered by when each began, so
+    """The time split by whole units (groups when one is declared), ordered by when each began, so
     a conversation running across a period boundary never lands in two splits (D8). Train
     holds the groups that began first, test those that began last; groups that began at the
     same moment stay together in the later split. A group's later rows may be dated after
@@ -235,7 +225,7 @@ def _by_time_whole_groups(
     starts = group_starts(examples, key_of)
     members: dict[str, list[str]] = {}
     for ex in examples:
-        members.setdefault(ex.group if ex.group is not None else f"\0{ex.id}", []).append(ex.id)
+        members.setdefault(_unit(ex), []).append(ex.id)
     order = sorted(starts, key=lambda g: (starts[g], g), reverse=True)  # the latest first
     ties = [i > 0 and starts[unit] == starts[order[i - 1]] for i, unit in enumerate(order)]
     return _fill_whole([members[u] for u in order], len(examples), policy, ties)
