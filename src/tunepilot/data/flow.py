@@ -3,12 +3,10 @@ data version so a colleague can re-read what was checked (D1-D8)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
+from tunepilot.data.prepare import write_json_atomic
 from tunepilot.data.workspace import Workspace
-from tunepilot.errors import write_text_atomic
 from tunepilot.verdict import Finding, exit_code
 
 
@@ -22,7 +20,7 @@ def audit_findings(ws: Workspace, with_tokenizer: bool = True) -> tuple[Any, lis
     with Progress(what, None, "checks", heartbeat=True):  # minutes on a large file: say so
         findings = _run_checks(ws, prepared, with_tokenizer)
     if prepared.folder is not None:
-        _write_json(
+        write_json_atomic(
             prepared.folder / "audit.json",
             {
                 "version": prepared.version,
@@ -114,5 +112,3 @@ def show_workspace(ws: Workspace, split: str, n: int, per_class: int, as_json: b
     return 0
 
 
-def _write_json(path: Path, payload: Any) -> None:
-    write_text_atomic(path, json.dumps(payload, indent=2, ensure_ascii=False, default=str))

@@ -29,13 +29,13 @@ from pathlib import Path
 
 from tunepilot.campaign import DataSettings
 from tunepilot.campaign.image_settings import ImageSettings
-from tunepilot.data.audit import check_group_leakage, check_time_overlap
 from tunepilot.data.audit_labels import (
     SHOWN,
     check_class_balance,
     check_label_mapping,
     check_unseen_labels,
 )
+from tunepilot.data.audit_units import check_group_leakage, check_time_overlap
 from tunepilot.data.image_facts import GREY_SPREAD, THUMB, ImageFacts
 from tunepilot.data.images_near import check_near_images
 from tunepilot.data.images_shortcuts import check_shortcuts

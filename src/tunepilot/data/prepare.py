@@ -180,7 +180,7 @@ def new_seal(ids: list[str]) -> dict[str, Any]:
 
 def write_json_atomic(path: Path, payload: Any) -> None:
     """A JSON file written whole or not at all (errors.write_text_atomic)."""
-    write_text_atomic(path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(path, json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 def _load_all(

@@ -71,6 +71,7 @@ class ChatEncoder(CausalLMEncoder):
         super().__init__(tokenizer, max_length, **{"task": "format", **answers})
         self.chat = chat
         self.template: str = template
+        self._special_tokens = sorted(tokenizer.all_special_tokens, key=len, reverse=True)
         self.mask_method: MaskMethod = (
             "generation tags" if _GENERATION_TAG.search(template) else "prefix diff"
         )
@@ -160,7 +161,7 @@ class ChatEncoder(CausalLMEncoder):
         """Where `part` ends inside `whole`: its length if it is a prefix, else the length
         left once special tokens and whitespace are peeled off its end (a tail such as the EOS
         Phi-3 writes only after the last turn); None when no such prefix is found."""
-        markers = sorted(self.tokenizer.all_special_tokens, key=len, reverse=True)
+        markers = self._special_tokens
         while not whole.startswith(part):
             peeled = part.rstrip() if part != part.rstrip() else next(
                 (part[: -len(m)] for m in markers if m and part.endswith(m)), part)  # fmt: skip
