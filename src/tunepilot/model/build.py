@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tunepilot.campaign import ModelSettings
-from tunepilot.errors import InputError, Problem
+from tunepilot.errors import InputError, Problem, input_error
 from tunepilot.model.base import ModelSource
 from tunepilot.model.processors import quiet_transformers
 from tunepilot.model.setup_checks import (
@@ -213,7 +213,6 @@ def build_from_config(
     model; sizing accounts for the quantized storage.
     """
     import torch
-    from transformers import AutoConfig
 
     from tunepilot.model.base_dtype import QUANTIZED
 
@@ -221,8 +220,8 @@ def build_from_config(
     dtype = kwargs.pop("dtype")
     values = {k: v for k, v in config.items() if not k.startswith("_")}
     model_type = values.pop("model_type", None)
+    hf_config = transformers_config(model_type, {**values, **kwargs}, str(source.path))
     try:
-        hf_config = AutoConfig.for_model(model_type, **values, **kwargs)
         with torch.device("meta"), quiet_transformers():
             model = _auto_class(task_kind).from_config(
                 hf_config, dtype=dtype, trust_remote_code=settings.trust_remote_code
@@ -243,6 +242,25 @@ def build_from_config(
         " (bf16 compute; quantized storage is sized apart)" if base_dtype in QUANTIZED else ""
     )
     return _loaded(model, source, task_kind, [], new_keys, None, base_dtype, note, pad_token_id)
+
+
+def transformers_config(model_type: Any, values: dict[str, Any], where: str) -> Any:
+    """transformers' own config object, its validation (types, head and size relations)
+    turned into bad input naming `where` instead of a traceback."""
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.for_model(model_type, **values)
+    except (ValueError, TypeError, KeyError, StrictDataclassError) as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        raise input_error(
+            where,
+            f"transformers refuses this {model_type} config: "
+            f"{(lines[-1] if lines else type(exc).__name__)[:300]}",
+            "correct that value as in the model's published config.json",
+            title="invalid config.json",
+        ) from None
 
 
 def _not_loadable(path: Any, task_kind: str, exc: Exception) -> InputError:

@@ -148,7 +148,10 @@ def _checked(
             title="invalid config.json",
         )
     _check_sizes(config, path, attribute_map)
-    _check_with_transformers(config, path, model_type)
+    from tunepilot.model.build import transformers_config
+
+    transformers_config(model_type, {k: v for k, v in config.items()
+                                     if not k.startswith("_") and k != "model_type"}, str(path))
     return ArchitectureConfig(config, path, source, tokenizer, layers_key)
 
 
@@ -180,22 +183,3 @@ def _check_sizes(config: dict[str, Any], path: Path, attribute_map: dict[str, st
             "set num_key_value_heads to a divisor of num_attention_heads, as published",
             title="invalid config.json",
         )
-
-
-def _check_with_transformers(config: dict[str, Any], path: Path, model_type: str) -> None:
-    """transformers' own validation of the config (types, head/size relations), as bad input
-    naming the file rather than a traceback."""
-    from transformers import AutoConfig
-
-    values = {k: v for k, v in config.items() if not k.startswith("_") and k != "model_type"}
-    try:
-        AutoConfig.for_model(model_type, **values)
-    except Exception as exc:  # noqa: BLE001 - huggingface_hub's StrictDataclassError is neither
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        said = (lines[-1] if lines else type(exc).__name__)[:300]
-        raise input_error(
-            str(path),
-            f"transformers refuses this {model_type} config: {said}",
-            "correct that value as in the model's published config.json",
-            title="invalid config.json",
-        ) from None
