@@ -56,6 +56,18 @@ class Workspace:
         return prepare_data(self.campaign, self.root, write=write, seal=seal)
 
     @cached_property
+    def preview(self) -> PreparedData:
+        """The data as `prepare` versions it, neither written nor sealed, read once for this
+        workspace: what sizing looks at (a plan's several dry runs share it)."""
+        return self.prepare(write=False, seal=False)
+
+    @cached_property
+    def memo(self) -> dict[Any, Any]:
+        """Facts derived once from this campaign's data and base (the dry run's longest
+        example, an image's processed size), so repeated dry runs do not redo them."""
+        return {}
+
+    @cached_property
     def model_source(self) -> Any:
         from tunepilot.model.base import resolve_source
 

@@ -33,7 +33,7 @@ def image_input(
 
         source = ModelSource(folder, str(folder), None, None, {}, "local")
         processor = load_image_processor(source, ws.campaign.model.trust_remote_code)
-        prepared = ws.prepare(write=False, seal=False)
+        prepared = ws.preview
         first = next(iter(prepared.splits.get("train", [])), None)
         if first is not None:
             encoder = make_encoder(ws.campaign, processor, label_names, ws.root)

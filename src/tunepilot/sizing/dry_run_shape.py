@@ -79,7 +79,7 @@ class Shape:
                                              else ""))  # fmt: skip
         labels = c.data.labels
         if classifies and not labels:
-            labels = ws.prepare(write=False, seal=False).label_names
+            labels = ws.preview.label_names
         image = None
         if task == "image_classification":
             from tunepilot.sizing.dry_run_images import image_input
@@ -151,13 +151,20 @@ def data_lengths(ws: Workspace, arch: ArchitectureConfig) -> tuple[int, int] | N
     tokenizer, capped at data.max_length; None when the architecture comes without one."""
     if arch.tokenizer_dir is None:
         return None
+    key = ("longest examples", arch.tokenizer_dir)
+    if key not in ws.memo:
+        ws.memo[key] = _longest_examples(ws, arch.tokenizer_dir)
+    return ws.memo[key]
+
+
+def _longest_examples(ws: Workspace, tokenizer_dir: Any) -> tuple[int, int] | None:
     from tunepilot.model.base import ModelSource
     from tunepilot.model.processors import load_tokenizer
     from tunepilot.tasks import make_encoder
 
-    source = ModelSource(arch.tokenizer_dir, str(arch.tokenizer_dir), None, None, {}, "local")
+    source = ModelSource(tokenizer_dir, str(tokenizer_dir), None, None, {}, "local")
     tokenizer = load_tokenizer(source, ws.campaign.model.trust_remote_code)
-    prepared = ws.prepare(write=False, seal=False)
+    prepared = ws.preview
     encoder = make_encoder(ws.campaign, tokenizer, prepared.label_names, ws.root)
 
     def longest(split: str) -> int:
