@@ -32,9 +32,9 @@ from tunepilot.model.setup_checks import (
 from tunepilot.verdict import Finding, Verdict
 
 __all__ = [
-    "AUTO_CLASSES", "LoadedModel", "SetupFailure", "apply_method", "build_from_config",
-    "check_new_head_trainable", "check_target_modules", "enable_activation_checkpointing",
-    "linear_module_names", "load_model",
+    "AUTO_CLASSES", "LoadedModel", "SetupFailure", "apply_method", "auto_class",
+    "build_from_config", "check_new_head_trainable", "check_target_modules",
+    "enable_activation_checkpointing", "linear_module_names", "load_model",
 ]  # fmt: skip
 
 ModelKind = Literal["classification", "causal_lm", "image_classification"]
@@ -89,7 +89,8 @@ def _checkpoint_labels(config: Any) -> list[str] | None:
     return names
 
 
-def _auto_class(task_kind: ModelKind) -> Any:
+def auto_class(task_kind: ModelKind) -> Any:
+    """transformers' Auto class a run of this task kind builds its model with."""
     import transformers
 
     return getattr(transformers, AUTO_CLASSES[task_kind])
@@ -156,7 +157,7 @@ def load_model(
         )
     try:
         with quiet_transformers():
-            model, info = _auto_class(task_kind).from_pretrained(str(source.path), **kwargs)
+            model, info = auto_class(task_kind).from_pretrained(str(source.path), **kwargs)
     except RuntimeError as exc:
         if "ignore_mismatched_sizes" not in str(exc) and "size mismatch" not in str(exc):
             raise
@@ -223,7 +224,7 @@ def build_from_config(
     hf_config = transformers_config(model_type, {**values, **kwargs}, str(source.path))
     try:
         with torch.device("meta"), quiet_transformers():
-            model = _auto_class(task_kind).from_config(
+            model = auto_class(task_kind).from_config(
                 hf_config, dtype=dtype, trust_remote_code=settings.trust_remote_code
             )
     except (ValueError, KeyError, TypeError, RuntimeError) as exc:

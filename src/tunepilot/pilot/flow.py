@@ -126,17 +126,13 @@ class PilotOptions(TypedDict, total=False):
     catalog: Path | None
 
 
-def execute_pilot(
-    ws: Workspace,
-    *,
-    tensors: bool = False,
-    gpu: str | None = None,
-    hooks: PilotHooks | None = None,
-    catalog: Path | None = None,
-) -> PilotResult:
-    """Run every gate in order and write the pilot folder; the caller prints."""
+def execute_pilot(ws: Workspace, **options: Unpack[PilotOptions]) -> PilotResult:
+    """Run every gate in order and write the pilot folder; the caller prints. Unset options:
+    no profiler tensor bytes, the campaign's card, the shipped catalog, no test hooks."""
     from tunepilot.sizing.catalog import load_catalog
 
+    tensors, hooks = options.get("tensors", False), options.get("hooks")
+    gpu, catalog = options.get("gpu"), options.get("catalog")
     target = gpu or ws.campaign.rental.gpu
     if target:  # a wrong card name is bad input: say so before minutes of gates, not after
         load_catalog(catalog).card(target)

@@ -274,7 +274,7 @@ def accumulation_gate(state: PilotState) -> Outcome:
         return Outcome(Verdict.FAIL, f"{same} give gradients that differ by {relative:.2e} of the "
                        f"largest (tolerance {rtol:.0e}): the loss normalisation is inconsistent "
                        "(S2)", details, inputs)  # fmt: skip
-    image = image_size([e for part in split for e in part])
+    image = image_size(split[0])
     sizes = f"images of {image}" if image else f"lengths {lengths[0]}-{lengths[-1]}"
     return Outcome(Verdict.PASS, f"{acc} microbatches of {mb} equal one batch of {mb * acc} on the "
                    f"same examples ({sizes}): largest gradient "

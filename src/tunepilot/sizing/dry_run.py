@@ -126,7 +126,7 @@ def dry_run(
             f"not in any phase: the CUDA context (~{CUDA_CONTEXT // MIB} MiB, an assumption) "
             "and the caching allocator's reserved-but-free blocks (measured on the GPU only)"
         )
-    built = m1.built or arch.architecture
+    built = m1.built
     if built != arch.architecture:
         notes.insert(1, f"built as {built} (hypothesis.task {campaign.hypothesis.task}) from a "
                         f"{arch.architecture} config.json")  # fmt: skip
@@ -142,7 +142,7 @@ def dry_run(
         source=arch.source,
         seconds=round(time.monotonic() - started, 2),
         generated_tokens=campaign.training.max_new_tokens
-        if shape.generates and shape.kind == "causal_lm" else 0,
+        if shape.generates else 0,
     )
 
 

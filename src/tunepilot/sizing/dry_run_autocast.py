@@ -29,6 +29,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
+from tunepilot.model.base_dtype import torch_dtype
+
 _MATMULS = {
     "linear", "matmul", "mm", "bmm", "baddbmm", "addmm", "addbmm", "conv1d", "conv2d",
     "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
@@ -57,7 +59,6 @@ FP32_OUTPUT = {
              "matrix_norm"},
     "cpu": set(),
 }  # fmt: skip
-HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 LOWER_NOW: list[Any] = []
 """The innermost active region's cast to the half type: the attention stand-in
 (`dry_run_attention`) runs above this mode and casts q, k and v through it, as autocast
@@ -72,13 +73,12 @@ def _eligible(value: Any) -> bool:
 
 
 class MetaAutocast(TorchFunctionMode):
-    """Autocast's casts on any device, meta included; `cache` as autocast's weight cache."""
+    """Autocast's casts on any device, meta included, with autocast's weight cache."""
 
-    def __init__(self, precision: str, device: str, cache: bool = True) -> None:
+    def __init__(self, precision: str, device: str) -> None:
         super().__init__()
-        self.dtype = HALF[precision]
+        self.dtype = torch_dtype(precision)
         self.device = "cuda" if device == "cuda" else "cpu"
-        self.cache = cache
         self._cached: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __enter__(self) -> MetaAutocast:
@@ -93,8 +93,7 @@ class MetaAutocast(TorchFunctionMode):
     def _lower(self, value: Any) -> Any:
         if not _eligible(value) or value.dtype == self.dtype:
             return value
-        cacheable = (self.cache and value.dtype == torch.float32 and value.requires_grad
-                     and value.is_leaf)  # fmt: skip
+        cacheable = value.dtype == torch.float32 and value.requires_grad and value.is_leaf
         if cacheable and id(value) in self._cached:
             return self._cached[id(value)][1]
         cast = value.to(self.dtype)
@@ -119,7 +118,3 @@ class MetaAutocast(TorchFunctionMode):
             kwargs = {**kwargs, "dtype": torch.float32}
         return func(*args, **kwargs)
 
-
-def autocast_dtype(precision: str) -> Any:
-    """The half dtype of `training.precision`, None for fp32 (no autocast)."""
-    return HALF.get(precision)

@@ -25,7 +25,7 @@ class Measured:
     phases: dict[str, PhaseSize]
     trainable: int
     total: int
-    built: str = ""  # the class the run builds (the task's head on the config's architecture)
+    built: str  # the class the run builds (the task's head on the config's architecture)
 
 
 def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tuple[Any, Any]:
@@ -204,7 +204,7 @@ def _forward_phase(
     """
     import torch
 
-    generating = shape.generates and shape.kind == "causal_lm"
+    generating = shape.generates
     passes = (["loss"] if name == "evaluation" else []) + (["prefill"] if generating else [])
     said = {"loss": "the validation-loss forward (full logits in fp32)",
             "prefill": "the generation prefill and its KV cache",

@@ -198,12 +198,11 @@ def _within_positions(arch: ArchitectureConfig, length: int, key: str) -> None:
 
 def _model_class(arch: ArchitectureConfig, kind: str) -> Any:
     """The transformers class a run builds for this config and task, or None if none."""
-    import transformers
     from transformers import CONFIG_MAPPING
 
-    from tunepilot.model.build import AUTO_CLASSES
+    from tunepilot.model.build import auto_class
 
-    auto = getattr(transformers, AUTO_CLASSES[kind])
+    auto = auto_class(kind)  # type: ignore[arg-type]
     try:
         return auto._model_mapping[CONFIG_MAPPING[str(arch.config["model_type"])]]
     except KeyError:

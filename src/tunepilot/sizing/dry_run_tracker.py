@@ -89,7 +89,6 @@ class StorageTracker(TorchDispatchMode):
     current: int = 0
     peak: int = 0
     peak_live: dict[int, _Storage] = field(default_factory=dict)
-    flops: int = 0
     flops_by: Counter[str] = field(default_factory=Counter)  # FLOPs per compute precision
 
     def __post_init__(self) -> None:
@@ -168,7 +167,6 @@ class StorageTracker(TorchDispatchMode):
         count = flop_registry.get(func._overloadpacket)
         if count is not None:
             n = count(*args, **(kwargs or {}), out_val=out)
-            self.flops += n
             self.flops_by[precision_of(first_float_dtype(args))] += n
         return out
 

@@ -182,7 +182,7 @@ def work_of(dry: Any, inputs: SheetInputs, precision: str | None = None) -> tupl
     trainable = dry.trainable_params * 4 + steady.optimizer
     full = dry.trainable_params >= dry.total_params
     passes = 3 if steady.inputs.get("activation_checkpointing") else 2  # + the recompute
-    decode = 1 + int(getattr(dry, "generated_tokens", 0))  # the forward, each new token
+    decode = 1 + dry.generated_tokens  # the forward, each new token
     io = WorkBytes(checkpoint=trainable, base_weights=steady.weights,
                    export=steady.weights if full else dry.trainable_params * 4,
                    update_reads=steady.weights * passes * inputs.accumulation,
