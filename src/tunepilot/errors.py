@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -227,3 +228,10 @@ class Stopped(Exception):
         import signal
 
         return 128 + int(signal.Signals[self.signal_name]) if self.signal_name else 130
+
+
+def write_json_atomic(path: str | Path, payload: Any) -> None:
+    """A JSON file written whole or not at all (`write_text_atomic`)."""
+    import json
+
+    write_text_atomic(path, json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")

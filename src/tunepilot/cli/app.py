@@ -168,27 +168,13 @@ def usage_error_json(exc: Any) -> None:
 
 
 def _written_path(exc: BaseException) -> Path:
-    """The file a storage fault struck: what its sentence names and whose disk it measures.
-
-    An OSError from open() names its file; one from write() or close() does not, so the file
-    object being written is looked up in the frames the error passed through (Path.write_text
-    and `with path.open("w") as f` both hold one). The current folder when neither is there.
-    """
-    import io
-
+    """The file a storage fault names (its OSError's, or one it was raised from), else the
+    current folder. Every tunepilot write goes through `errors.write_text_atomic` or
+    `errors.writing`, which name their file; this is the net for any other writer."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, OSError) and seen.filename:
             return Path(seen.filename)
-        tb, found = seen.__traceback__, None
-        while tb is not None:  # outermost first: keep the innermost file being written
-            for value in tb.tb_frame.f_locals.values():
-                if (isinstance(value, io.IOBase) and isinstance(getattr(value, "name", None), str)
-                        and any(m in getattr(value, "mode", "") for m in "wax+")):
-                    found = value.name
-            tb = tb.tb_next
-        if found:
-            return Path(found)
         seen = seen.__cause__ or seen.__context__
     return Path.cwd()
 

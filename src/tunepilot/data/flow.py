@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunepilot.data.prepare import write_json_atomic
 from tunepilot.data.workspace import Workspace
+from tunepilot.errors import write_json_atomic
 from tunepilot.verdict import Finding, exit_code
 
 

@@ -23,7 +23,7 @@ from tunepilot.data.load import load_file
 from tunepilot.data.prepared import PreparedData
 from tunepilot.data.split import SEAL_FILE, make_splits
 from tunepilot.data.version import data_version
-from tunepilot.errors import MAX_PROBLEMS, InputError, Problem, write_text_atomic
+from tunepilot.errors import MAX_PROBLEMS, InputError, Problem, write_json_atomic
 from tunepilot.tasks.example import SPLITS, Example, Splits
 
 
@@ -176,11 +176,6 @@ def new_seal(ids: list[str]) -> dict[str, Any]:
         "hash": seal_hash(list(ids)),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-
-
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """A JSON file written whole or not at all (errors.write_text_atomic)."""
-    write_text_atomic(path, json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 def _load_all(

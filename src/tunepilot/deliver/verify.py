@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tunepilot.errors import InputError, input_error, write_text_atomic
+from tunepilot.errors import InputError, input_error
 from tunepilot.verdict import Finding, Verdict
 
 CHECK_MODULE = "tunepilot.deliver.bundle_check"
@@ -152,8 +152,10 @@ def verification_path(bundle_dir: Path) -> Path:
 def record_verification(bundle_dir: Path, payload: dict[str, Any]) -> None:
     import datetime
 
+    from tunepilot.errors import write_json_atomic
+
     stamped = {**payload, "at": datetime.datetime.now(datetime.UTC).isoformat()}
-    write_text_atomic(verification_path(bundle_dir), json.dumps(stamped, indent=2, default=str))
+    write_json_atomic(verification_path(bundle_dir), stamped)
 
 
 def verify_command(

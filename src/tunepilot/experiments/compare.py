@@ -289,7 +289,7 @@ def compare_command(ws: Any, as_json: bool) -> int:
     so every run fails), 2 when there is nothing to compare.
     """
     from tunepilot.console import console, print_json
-    from tunepilot.data.prepare import write_json_atomic
+    from tunepilot.errors import write_json_atomic
 
     cmp = compare_campaign(ws)
     payload = cmp.to_json()

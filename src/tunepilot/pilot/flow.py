@@ -18,7 +18,6 @@ configuration.
 
 from __future__ import annotations
 
-import json
 import secrets
 import shutil
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any, TypedDict, Unpack
 from tunepilot.campaign import stable_hash
 from tunepilot.console import json_safe
 from tunepilot.data.workspace import Workspace
+from tunepilot.errors import write_json_atomic
 from tunepilot.measure.memory import MemoryProbe
 from tunepilot.pilot.child import export_gate, resume_gate
 from tunepilot.pilot.gates import (
@@ -174,7 +174,7 @@ def run_pilot(ws: Workspace, *, as_json: bool, **options: Unpack[PilotOptions]) 
 
     result = execute_pilot(ws, **options)
     if as_json:
-        print_json(json_safe(result.payload | {"sizing": result.sizing}))
+        print_json(result.payload | {"sizing": result.sizing})
     else:
         console.print(gate_table(result.rows, f"pilot {result.pilot_id}: {ws.campaign.name}"))
         rel = result.folder.relative_to(ws.root)
@@ -184,11 +184,8 @@ def run_pilot(ws: Workspace, *, as_json: bool, **options: Unpack[PilotOptions]) 
 
 
 def write_json(path: Path, payload: Any) -> None:
-    """Atomic: a reader never sees half a file."""
-    text = json.dumps(json_safe(payload), indent=2, ensure_ascii=False, default=str)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    """Whole or not at all (a full disk is a sentence naming the file); JSON holds no NaN."""
+    write_json_atomic(path, json_safe(payload))
 
 
 # ---------------------------------------------------------------------------------------------
