@@ -42,6 +42,8 @@ HEADLINES = {
     "extraction": ("field_token_f1_macro", "required_field_presence", "json_validity"),
     "format": ("token_f1", "exact_match"),
 }
+HEADLINE_KEYS = (*dict.fromkeys(k for names in HEADLINES.values() for k in names), "loss")
+"""Every task's headline metrics, then the loss: what a run's or a test look's summary shows."""
 BOOTSTRAP_SEED = 0
 BOOTSTRAP_METHOD = "paired hierarchical bootstrap: seeds and examples resampled"
 

@@ -147,7 +147,7 @@ def _one_outcome(outcome: Any, as_json: bool, line: str) -> int:
     if as_json:
         print_json(_outcome_json(outcome))
     else:
-        console.print(line)
+        console.print(line, markup=False, highlight=False)  # a reason may quote `[input]`
     return outcome_code([outcome.status])
 
 
@@ -184,7 +184,7 @@ def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after
                 outcome = execute_run(session, ledger, name, seed, stop_after=stop_after)
                 outcomes.append(outcome)
                 say.print(f"  {outcome.run_id}: {outcome.status} ({outcome.reason}) "
-                              f"{_headline(outcome.metrics)}")
+                          f"{_headline(outcome.metrics)}", markup=False, highlight=False)
     if as_json:
         print_json([_outcome_json(o) for o in outcomes])
     return outcome_code(o.status for o in outcomes)
@@ -240,9 +240,10 @@ def note(ws: Workspace, text: str, run_id: str | None) -> int:
 def _headline(metrics: dict[str, Any]) -> str:
     """The validation numbers after a run, named as such: a bare "loss" here was read as the
     training loss the progress line shows just above."""
-    keys = ("accuracy", "macro_f1", "json_validity", "required_field_presence", "exact_match",
-            "token_f1", "loss")  # fmt: skip
-    shown = [f"{k} {metrics[k]:.4f}" for k in keys if isinstance(metrics.get(k), int | float)]
+    from tunepilot.experiments.compare import HEADLINE_KEYS
+
+    shown = [f"{k} {metrics[k]:.4f}" for k in HEADLINE_KEYS
+             if isinstance(metrics.get(k), int | float)]  # fmt: skip
     return f"validation {', '.join(shown)}" if shown else ""
 
 

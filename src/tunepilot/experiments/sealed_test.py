@@ -155,14 +155,13 @@ def _print(outcome: dict[str, Any]) -> None:
     from rich.table import Table
 
     from tunepilot.console import console
-    from tunepilot.experiments.compare import HEADLINES
+    from tunepilot.experiments.compare import HEADLINE_KEYS
 
     m = outcome["metrics"]
     table = Table(title=f"sealed test (H4): {outcome['run']}, look {outcome['look']}")
     table.add_column("metric")
     table.add_column("value")
-    keys = [k for names in HEADLINES.values() for k in names if k in m] + ["loss"]
-    for key in dict.fromkeys(keys):
+    for key in HEADLINE_KEYS:
         if isinstance(m.get(key), int | float):
             table.add_row(key, f"{m[key]:.4f}")
     for name, stats in (m.get("per_class") or m.get("per_field") or {}).items():

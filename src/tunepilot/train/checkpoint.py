@@ -301,13 +301,12 @@ def load_weights(folder: Path, model: Any) -> dict[str, Any]:
     """
     folder = Path(folder)
     verify_checkpoint(folder)
-    return _load_verified_weights(folder, model)
+    return _load_verified_weights(folder, model, read_state(folder))
 
 
-def _load_verified_weights(folder: Path, model: Any) -> dict[str, Any]:
+def _load_verified_weights(folder: Path, model: Any, state: dict[str, Any]) -> dict[str, Any]:
     from safetensors.torch import load_model
 
-    state = read_state(folder)
     inner = unwrap(model)
     if state.get("weights") == "peft":
         _load_adapter(folder, inner)
@@ -332,10 +331,10 @@ def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer) 
     """
     folder = Path(folder)
     verify_checkpoint(folder)
-    read_state(folder)
+    state = read_state(folder)
     per_param, groups = read_optimizer_files(folder)
     rng_tensors = read_tensors(folder / "rng.safetensors")
-    state = _load_verified_weights(folder, model)
+    _load_verified_weights(folder, model, state)
     try:
         optimizer.load_state_dict({"state": per_param, "param_groups": groups})
     except ValueError as exc:
