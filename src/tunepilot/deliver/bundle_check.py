@@ -232,18 +232,18 @@ def _first_difference(now: list[int], expected: list[int]) -> str:
             else f"position {i}: {expected[i]} expected, {now[i]} now")  # fmt: skip
 
 
-def _replay_one(model: Any, tokenizer: Any, kind: str, labels: list[str] | None,
-                c: dict[str, Any], device: str) -> tuple[str | None, float]:  # fmt: skip
-    """(what differs or None, max |logit difference|) for one control input."""
+def _replay_one(model: Any, tokenizer: Any, kind: str, c: dict[str, Any],
+                device: str) -> tuple[str | None, Any]:  # fmt: skip
+    """(what differs or None, a classifier's logits to judge or None) for one control input."""
     import torch
     if kind == "image_classification":  # the bundle's processor on the stored RGB pixels
         from PIL import Image
         x = tokenizer([Image.fromarray(c["_image"].numpy())], return_tensors="pt")["pixel_values"]
         drift = float((x[0] - c["_pixel_values"]).abs().max())
         if drift > LOGIT_TOLERANCE:
-            return f"the bundle's image processor gives other pixel values ({drift:.2e})", 0.0
+            return f"the bundle's image processor gives other pixel values ({drift:.2e})", None
         with torch.no_grad():
-            return _judge(model(pixel_values=x.to(device)).logits[0].float().cpu(), labels, c)
+            return None, model(pixel_values=x.to(device)).logits[0].float().cpu()
     if kind == "classification":
         ids = tokenizer(c["text"], c.get("text_pair"), add_special_tokens=True, truncation=True,
                         max_length=c["max_length"], verbose=False)["input_ids"]  # fmt: skip
@@ -252,12 +252,12 @@ def _replay_one(model: Any, tokenizer: Any, kind: str, labels: list[str] | None,
                         verbose=False)["input_ids"][: c["max_length"]]  # fmt: skip
     if list(ids) != c["input_ids"]:
         diff = _first_difference(list(ids), c["input_ids"])
-        return f"the bundle's tokenizer gives other token ids ({diff})", 0.0
+        return f"the bundle's tokenizer gives other token ids ({diff})", None
     x = torch.tensor([c["input_ids"]], device=device)
     with torch.no_grad():
         if kind == "classification":
-            logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits[0].float().cpu()
-            return _judge(logits, labels, c)
+            logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits
+            return None, logits[0].float().cpu()
         out = model.generate(
             input_ids=x, attention_mask=torch.ones_like(x), do_sample=False, num_beams=1,
             max_new_tokens=c["max_new_tokens"], pad_token_id=c["pad_token_id"],
@@ -269,23 +269,23 @@ def _replay_one(model: Any, tokenizer: Any, kind: str, labels: list[str] | None,
     if text != c["expected_text"] or new != c["expected_ids"]:
         where = _first_difference(new, c["expected_ids"])
         expected = c["expected_text"][:80]
-        return f"greedy output {text[:80]!r} differs from the expected {expected!r} ({where})", 0.0
-    return None, 0.0
+        return f"greedy output {text[:80]!r} differs from the expected {expected!r} ({where})", None
+    return None, None
 
 
-def _judge(logits: Any, labels: list[str] | None, c: dict[str, Any]) -> tuple[str | None, float]:
-    """A classifier's answer against the recorded one: same label (or a class recorded within
-    the tolerance of it: a tie at this precision), logits within tolerance."""
+def _judge(logits: Any, names: list[str], c: dict[str, Any], tol: float
+           ) -> tuple[str | None, float, bool]:  # fmt: skip
+    """(what differs or None, max |logit difference|, tied): the same label as recorded (or a
+    class recorded within the tolerance of it: a tie at this precision), logits within it."""
     import torch
-    names, recorded, expected, tol = labels or [], c["logits"], c["expected_label"], c["_tolerance"]
+    recorded, expected = c["logits"], c["expected_label"]
     got = names[int(logits.argmax())]
     gap = float((logits - torch.tensor(recorded)).abs().max())
-    margin = recorded[names.index(expected)] - recorded[names.index(got)]
-    c["_tied"] = got != expected and margin <= tol
-    if (got != expected and not c["_tied"]) or gap > tol:
+    tied = got != expected and recorded[names.index(expected)] - recorded[names.index(got)] <= tol
+    if (got != expected and not tied) or gap > tol:
         return (f"label {got!r} (expected {expected!r}), max |logit difference| {gap:.2e} "
-                f"(tolerance {tol:g})"), gap  # fmt: skip
-    return None, gap
+                f"(tolerance {tol:g})"), gap, tied  # fmt: skip
+    return None, gap, tied
 
 
 def replay(model: Any, tokenizer: Any, controls: dict[str, Any]) -> list[dict[str, Any]]:
@@ -298,16 +298,16 @@ def replay(model: Any, tokenizer: Any, controls: dict[str, Any]) -> list[dict[st
     device = "cuda" if recorded == "cuda" and torch.cuda.is_available() else "cpu"
     model.to(device)
     tolerance = float(controls.get("logit_tolerance", LOGIT_TOLERANCE))  # a bf16 base: looser
-    fails, worst = [], 0.0
+    fails, worst, ties = [], 0.0, 0
     for c in inputs:
-        c["_tolerance"] = tolerance
-        problem, gap = _replay_one(model, tokenizer, kind, labels, c, device)
-        worst = max(worst, gap)
+        problem, logits = _replay_one(model, tokenizer, kind, c, device)
+        if logits is not None:
+            problem, gap, tied = _judge(logits, labels or [], c, tolerance)
+            worst, ties = max(worst, gap), ties + tied
         if problem:
             shown = c.get("text", c.get("prompt_text", c.get("file", "")))[:50]
             sentence = f"control input {c['id']} ({shown!r}): {problem}"
             fails.append(finding("control replay", FAIL, "R2", sentence, c["id"]))
-    ties = sum(bool(c.get("_tied")) for c in inputs)
     what = (f"labels identical{f' ({ties} a tie within the tolerance)' if ties else ''}, max "
             f"|logit difference| {worst:.1e} <= {tolerance:g}" if kind != "causal_lm"
             else "greedy outputs identical")  # fmt: skip

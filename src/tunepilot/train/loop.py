@@ -163,7 +163,7 @@ def train(
     last_checkpoint: Path | None = None
     refused: list[str] = []
     resumed_from: Path | None = None
-    set_aside: list[Path] = []  # the folder resumed from, when newer ones were refused
+    set_aside: Path | None = None  # the folder resumed from, when newer ones were refused
     if resume is not None:  # a step folder, or the newest verified one of a run folder
         load = load_gathered_checkpoint if is_fsdp else load_checkpoint
         folder, state, refused = load_resumable(Path(resume), lambda f: load(f, model, optimizer))
@@ -171,7 +171,7 @@ def train(
             _say(f"resuming from {folder.name}: newer checkpoint(s) did not verify and their "
                  f"updates will be trained again (set aside as refused-step-N at the next "
                  f"checkpoint): {'; '.join(refused)}")  # fmt: skip
-            set_aside.append(folder)
+            set_aside = folder
         check_identity(folder, state, identity)
         done, examples_seen, elapsed_before = restore_position(folder, state, sampler, scaler)
         last_checkpoint = folder
@@ -203,11 +203,13 @@ def train(
         return elapsed_before + time.monotonic() - start
 
     def checkpoint() -> Path:
+        nonlocal set_aside
         generators = rng.gather(rank, world_size)  # every rank's, on rank 0: a collective
         if not joins:
             return step_folder(run_dir, done)  # rank 0 writes it
         if set_aside:  # before keep-last counts the refused folders (every rank has loaded)
-            set_aside_newer(run_dir, set_aside.pop())
+            set_aside_newer(run_dir, set_aside)
+            set_aside = None
         extra = {
             "seed": settings.seed, "examples_seen": examples_seen, "plan": plan.to_json(),
             "elapsed_seconds": elapsed(),

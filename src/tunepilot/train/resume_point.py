@@ -70,8 +70,8 @@ def load_resumable(
     )  # fmt: skip
 
 
-def set_aside_newer(run_dir: Path, resumed: Path) -> list[Path]:
-    """Rename the step folders newer than `resumed` to `refused-step-N`; returns the new paths.
+def set_aside_newer(run_dir: Path, resumed: Path) -> None:
+    """Rename the step folders newer than `resumed` to `refused-step-N`.
 
     Called once a resume fell back past them (they did not verify) and before the first new
     checkpoint: otherwise `keep_last_checkpoints` would count a broken newer folder and delete
@@ -79,8 +79,9 @@ def set_aside_newer(run_dir: Path, resumed: Path) -> list[Path]:
     folders stay for inspection, named so that no resume tries them again.
     """
     moved: list[Path] = []
+    resumed_step = parse_step(resumed.name)
     for folder in step_folders(run_dir):
-        if parse_step(folder.name) <= parse_step(resumed.name):
+        if parse_step(folder.name) <= resumed_step:
             continue
         target = folder.with_name(REFUSED_PREFIX + folder.name)
         n = 1
@@ -91,4 +92,3 @@ def set_aside_newer(run_dir: Path, resumed: Path) -> list[Path]:
         moved.append(target)
     if moved:
         fsync_dir(moved[0].parent)
-    return moved
