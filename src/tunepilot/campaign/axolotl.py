@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from tunepilot.campaign.checks import hub_id_form
 from tunepilot.campaign.loading import read_yaml
 from tunepilot.errors import InputError, Problem, input_error
 
@@ -142,7 +143,7 @@ def convert(config: dict[str, Any], name: str) -> Conversion:
         del out.origin["training.budget.epochs"]
         out.unknown.append("num_epochs: max_steps is kept (a campaign fixes one budget, S7)")
     base = config.get("base_model")
-    if isinstance(base, str) and "/" in base and not base.startswith((".", "/", "~")) and (
+    if isinstance(base, str) and "/" in base and hub_id_form(base) and (
             not config.get("revision_of_model")):  # fmt: skip
         out.unknown.append(f"revision_of_model: absent; a Hub base needs model.revision, the "
                            f"commit of `{base}` to train on (P4)")  # fmt: skip
@@ -270,10 +271,11 @@ def _datasets(out: Conversion, value: Any, config: dict[str, Any]) -> None:
 
 def _hub_dataset(path: str, entry: dict[str, Any]) -> bool:
     """`org/name` with no file suffix and no local type: what Axolotl fetches from the Hub."""
-    if entry.get("ds_type") or entry.get("data_files") or path.startswith((".", "/", "~")):
+    if entry.get("ds_type") or entry.get("data_files"):
         return False
-    return bool(re.fullmatch(r"[\w.-]+/[\w.-]+", path)) and Path(path).suffix not in (
-        ".json", ".jsonl", ".csv", ".tsv", ".parquet", ".arrow")  # fmt: skip
+    local_suffixes = (".json", ".jsonl", ".ndjson", ".csv", ".tsv", ".tab", ".parquet", ".pq",
+                      ".arrow")  # fmt: skip
+    return "/" in path and hub_id_form(path) and Path(path).suffix.lower() not in local_suffixes
 
 
 def render(conversion: Conversion, source: Path) -> str:

@@ -13,6 +13,17 @@ from tunepilot.campaign.schema import Campaign
 from tunepilot.campaign.variants import check_variants, variant_campaign, variant_names
 from tunepilot.errors import InputError, Problem
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def hub_id_form(text: str) -> bool:
+    """`name` or `org/name` as the Hub spells repository ids, and nothing that reads as a path
+    (`./x`, `/x`, `~/x`, `a/b/c`, `C:\\x`): what `model.name_or_path` means when no such
+    folder exists."""
+    path_like = (text.startswith(("/", "./", "../", "~", "\\")) or text.count("/") > 1
+                 or "\\" in text or bool(re.match(r"^[A-Za-z]:", text)))  # fmt: skip
+    return not path_like and bool(_HUB_ID.match(text))
+
 
 def data_paths(campaign: Campaign, root: Path) -> dict[str, Path]:
     """The data files, resolved next to the campaign file when relative."""
@@ -47,7 +58,7 @@ def check_campaign(campaign: Campaign, root: Path) -> list[Problem]:
     if looks_local and not (local / "config.json").is_file() and model.name_or_path != "minilm":
         problems.append(Problem("model.name_or_path", f"{local} has no config.json",
                                 "point it at a Hugging Face model folder"))
-    if (not looks_local and model.name_or_path != "minilm" and "/" in model.name_or_path
+    if (not looks_local and hub_id_form(model.name_or_path) and "/" in model.name_or_path
             and not model.revision):
         problems.append(Problem("model.revision", f"hub id `{model.name_or_path}` without a "
                                 "revision", "pin the exact commit so every run sees the same "

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tunepilot.campaign import ModelSettings
+from tunepilot.campaign.checks import hub_id_form
 from tunepilot.errors import InputError, Problem
 from tunepilot.measure.env import git_commit
 
@@ -43,7 +44,6 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 # What a download fetches: configs, tokenizers, safetensors. Never pickles; remote code (.py)
 # only when the campaign trusts it.
 _DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -144,15 +144,6 @@ def _scanned(
     return ModelSource(
         folder, name, settings.revision, resolved_commit=commit, weight_files=weights, kind=kind,
         notes=notes,
-    )
-
-
-def _looks_like_path(text: str) -> bool:
-    return (
-        text.startswith(("/", "./", "../", "~", "\\"))
-        or text.count("/") > 1
-        or "\\" in text
-        or bool(re.match(r"^[A-Za-z]:", text))
     )
 
 
@@ -297,7 +288,7 @@ def resolve_source(
         candidate = Path(root) / candidate
     if candidate.exists():
         return _local(settings, candidate.resolve())
-    if _looks_like_path(name) or not _HUB_ID.match(name):
+    if not hub_id_form(name):
         raise InputError(
             [
                 Problem(
