@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from tunepilot.data.dedup import build_index, exact_duplicates, near_duplicates
+from tunepilot.data.audit.dedup import build_index, exact_duplicates, near_duplicates
 from tunepilot.tasks.example import Example
 
 # "{}" marks a random word; never more than two fixed words in a row.

@@ -39,7 +39,7 @@ def main() -> None:
     from tunepilot.data.workspace import Workspace
     from tunepilot.demo.campaign import write_demo_campaign
     from tunepilot.measure.memory import human_bytes
-    from tunepilot.sizing.dry_run import dry_run
+    from tunepilot.sizing.dry_run.run import dry_run
 
     print(f"imports: {time.monotonic() - started:.1f} s wall")
     if args.threads:

@@ -49,7 +49,7 @@ def main() -> None:
 
     from tunepilot.data.workspace import Workspace
     from tunepilot.measure.memory import human_bytes
-    from tunepilot.sizing.dry_run_check import check_steps
+    from tunepilot.sizing.dry_run.check import check_steps
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device here: the CUDA validation runs only where a GPU is "

@@ -108,7 +108,7 @@ def campaign_for(setup: Setup, folder: Path) -> Path:
 def predict(setup: Setup) -> tuple[float, str, float, str]:
     """(predicted bytes per GPU, which phase, seconds the dry run took, its split in GiB)."""
     from tunepilot.data.workspace import Workspace
-    from tunepilot.sizing.dry_run import dry_run
+    from tunepilot.sizing.dry_run.run import dry_run
     from tunepilot.sizing.sheet import multi_gpu_bytes
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tunepilot.sizing.dry_run import DryRun, PhaseSize
+from tunepilot.sizing.dry_run.run import DryRun, PhaseSize
 from tunepilot.sizing.sheet import Setting
 
 GIB = 2**30

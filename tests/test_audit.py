@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tunepilot.campaign import DataSettings
-from tunepilot.data.audit import (
+from tunepilot.data.audit.run import (
     audit_to_json,
     check_class_balance,
     check_label_mapping,

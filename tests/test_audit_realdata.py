@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tunepilot.campaign import DataSettings, validate_mapping
-from tunepilot.data.audit import run_audit
+from tunepilot.data.audit.run import run_audit
 from tunepilot.data.load import load_file
 from tunepilot.data.normalize import normalize_text
 from tunepilot.data.prepare import prepare_data

@@ -287,7 +287,7 @@ def test_d5_bad_chat_rows_exit_2_from_the_cli_naming_file_line(
 def test_d5_a_template_that_ends_turns_without_eos_warns_that_generation_never_stops(
     tiny_chat_llama_dir: Path,
 ) -> None:
-    from tunepilot.data.audit_chat import check_turn_end
+    from tunepilot.data.audit.chat import check_turn_end
     from tunepilot.verdict import Verdict
 
     splits = {"train": [chat_example()], "validation": [], "test": []}

@@ -174,8 +174,8 @@ def test_issue12_1_the_audit_reports_rows_the_template_refuses_instead_of_stoppi
     tiny_chat_llama_dir: Path,
 ) -> None:
     from tunepilot.campaign.schema import AuditSettings
-    from tunepilot.data.audit_chat import check_turn_end
-    from tunepilot.data.audit_labels import check_lengths
+    from tunepilot.data.audit.chat import check_turn_end
+    from tunepilot.data.audit.labels import check_lengths
     from tunepilot.verdict import Verdict
 
     encoder = _encoder(tiny_chat_llama_dir, GEMMA)

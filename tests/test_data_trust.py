@@ -16,13 +16,13 @@ import yaml
 
 from tunepilot.campaign import DataSettings, Fields, SplitPolicy, validate_mapping
 from tunepilot.campaign.checks import check_campaign
-from tunepilot.data.audit import (
+from tunepilot.data.audit.labels import check_position_limit
+from tunepilot.data.audit.run import (
     check_class_balance,
     check_group_leakage,
     check_time_overlap,
     run_audit,
 )
-from tunepilot.data.audit_labels import check_position_limit
 from tunepilot.data.load import load_file
 from tunepilot.data.prepare import prepare_data
 from tunepilot.data.prepared import PreparedData

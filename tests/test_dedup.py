@@ -1,4 +1,4 @@
-"""D2: exact and near-duplicate search across splits (tunepilot.data.dedup)."""
+"""D2: exact and near-duplicate search across splits (tunepilot.data.audit.dedup)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tunepilot.data.audit.dedup import build_index, exact_duplicates, lsh_bands, near_duplicates
 from tunepilot.data.clean import clean
-from tunepilot.data.dedup import build_index, exact_duplicates, lsh_bands, near_duplicates
 from tunepilot.data.normalize import normalize_text
 from tunepilot.tasks.example import Example
 
@@ -185,7 +185,7 @@ def test_d2_results_do_not_depend_on_the_process_hash_seed(tmp_path):
         "import json, sys\n"
         f"sys.path.insert(0, {str(REPO / 'tests')!r})\n"
         "from test_dedup import _random_corpus\n"
-        "from tunepilot.data.dedup import near_duplicates\n"
+        "from tunepilot.data.audit.dedup import near_duplicates\n"
         "splits = _random_corpus(5)\n"
         "print(json.dumps([[p.ids_a, p.ids_b, p.jaccard] for p in near_duplicates(splits)]))\n"
     )
@@ -219,7 +219,7 @@ def test_d2_planted_duplicates_are_all_found_in_the_benchmark_data():
 
 def test_d2_dedup_modules_do_not_import_torch():
     code = (
-        "import sys, tunepilot.data.dedup, tunepilot.data.audit, tunepilot.demo.tickets; "
+        "import sys, tunepilot.data.audit.dedup, tunepilot.data.audit.run, tunepilot.demo.tickets; "
         "print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules) or "
         "'datasketch' in sys.modules)"
     )

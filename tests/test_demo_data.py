@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from tunepilot.campaign import validate_mapping
-from tunepilot.data.audit import run_audit
-from tunepilot.data.dedup import exact_duplicates
+from tunepilot.data.audit.dedup import exact_duplicates
+from tunepilot.data.audit.run import run_audit
 from tunepilot.data.prepare import prepare_data
 from tunepilot.demo.tickets import QUEUES, STOCK, generate_tickets, write_demo_data
 from tunepilot.verdict import Verdict

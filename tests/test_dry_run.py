@@ -134,7 +134,7 @@ def test_item1_quantized_base_on_cpu_is_input_error_pointing_at_size(tiny_llama_
 
 def test_item2_dry_run_builds_the_run_model_and_splits_each_phase_peak(llama_campaign) -> None:
     from tunepilot.model.build import apply_method, load_model
-    from tunepilot.sizing.dry_run import PHASES, dry_run
+    from tunepilot.sizing.dry_run.run import PHASES, dry_run
 
     ws = _ws(llama_campaign)
     result = dry_run(ws, base_dtype="fp32")
@@ -161,10 +161,10 @@ def test_item2_dry_run_builds_the_run_model_and_splits_each_phase_peak(llama_cam
 
 
 def test_item2_two_and_three_blocks_extrapolate_to_four(llama_campaign, tmp_path) -> None:
-    from tunepilot.sizing.dry_run import PHASES, _combine, dry_run
-    from tunepilot.sizing.dry_run_config import architecture_config
-    from tunepilot.sizing.dry_run_measure import measure_blocks
-    from tunepilot.sizing.dry_run_shape import Shape
+    from tunepilot.sizing.dry_run.config import architecture_config
+    from tunepilot.sizing.dry_run.measure import measure_blocks
+    from tunepilot.sizing.dry_run.run import PHASES, _combine, dry_run
+    from tunepilot.sizing.dry_run.shape import Shape
 
     config = json.loads((llama_campaign.parent / "base-model" / "config.json").read_text())
     folder = tmp_path / "four-blocks"
@@ -189,7 +189,7 @@ def test_item2_two_and_three_blocks_extrapolate_to_four(llama_campaign, tmp_path
 
 
 def test_item2_attention_sized_per_backend_eager_keeps_the_l_by_l_matrix(llama_campaign) -> None:
-    from tunepilot.sizing.dry_run import dry_run
+    from tunepilot.sizing.dry_run.run import dry_run
 
     ws = _ws(llama_campaign)
     fused = dry_run(ws, base_dtype="fp32", max_length=256, attention="sdpa")
@@ -220,7 +220,7 @@ def test_item7_shipped_config_has_source_and_builds_the_published_size(name, tmp
     from tunepilot.campaign import ModelSettings
     from tunepilot.model.base import ModelSource
     from tunepilot.model.build import build_from_config
-    from tunepilot.sizing.dry_run_config import architecture_config, shipped_configs
+    from tunepilot.sizing.dry_run.config import architecture_config, shipped_configs
 
     assert name in shipped_configs()
     arch = architecture_config(ModelSettings(name_or_path=name), tmp_path)
@@ -295,7 +295,7 @@ def test_item1_pilot_extension_gate_refuses_bitsandbytes_off_cuda() -> None:
 
 
 def test_item6_tiny_llama_prediction_within_5pct_of_measured_tensor_bytes(llama_campaign) -> None:
-    from tunepilot.sizing.dry_run_check import check_steps
+    from tunepilot.sizing.dry_run.check import check_steps
 
     checks = check_steps(_ws(llama_campaign), microbatch=4, max_length=128,
                          activation_checkpointing=True, device="cpu")  # fmt: skip
@@ -307,7 +307,7 @@ def test_item6_tiny_llama_prediction_within_5pct_of_measured_tensor_bytes(llama_
 
 
 def test_item6_step_too_small_to_see_activations_cannot_validate_never_pass(llama_campaign):
-    from tunepilot.sizing.dry_run_check import CANNOT_VALIDATE, check_steps
+    from tunepilot.sizing.dry_run.check import CANNOT_VALIDATE, check_steps
 
     checks = check_steps(_ws(llama_campaign), microbatch=1, max_length=8, device="cpu")
     assert {c.verdict for c in checks} == {CANNOT_VALIDATE}

@@ -13,7 +13,7 @@ import pytest
 
 from tunepilot.campaign import ModelSettings
 from tunepilot.errors import InputError
-from tunepilot.sizing.dry_run_config import architecture_config, shipped_configs
+from tunepilot.sizing.dry_run.config import architecture_config, shipped_configs
 
 LLAMA_8B = json.loads(shipped_configs()["llama-3-8b-config"].read_text(encoding="utf-8"))
 PRINTABLE = {k: v for k, v in LLAMA_8B.items() if not k.startswith("_")}
@@ -82,7 +82,7 @@ def test_issue10_done_when_max_length_beyond_the_models_positions_is_refused(
 ) -> None:
     from tunepilot.data.workspace import Workspace
     from tunepilot.demo.campaign import write_demo_campaign
-    from tunepilot.sizing.dry_run import dry_run
+    from tunepilot.sizing.dry_run.run import dry_run
 
     path = write_demo_campaign(tmp_path, "extraction", tiny=True, n_conversations=20,
                                overrides={"data.fields.time": None})  # fmt: skip
@@ -147,7 +147,7 @@ def test_issue10_7_every_shipped_config_dry_runs_with_its_real_attention(
     as an SDPA request)."""
     from tunepilot.data.workspace import Workspace
     from tunepilot.demo.campaign import write_demo_campaign
-    from tunepilot.sizing.dry_run import dry_run
+    from tunepilot.sizing.dry_run.run import dry_run
 
     path = write_demo_campaign(tmp_path, "extraction", tiny=True, n_conversations=20,
                                overrides={"data.fields.time": None, "data.max_length": 32,

@@ -25,7 +25,7 @@ def test_issue10_4_bf16_autocast_over_an_fp32_base_predicted_within_5pct_of_real
     """The dry run replays torch.autocast's casts (the half copies backward keeps), also when
     activation checkpointing recomputes a block; the real step runs under torch.autocast on
     this CPU. Without the replay the prediction is the fp32 step's, more than 5% off."""
-    from tunepilot.sizing.dry_run_check import check_steps
+    from tunepilot.sizing.dry_run.check import check_steps
 
     shape = {"microbatch": 4, "max_length": 128, "activation_checkpointing": checkpointing,
              "base_dtype": "fp32", "device": "cpu"}  # fmt: skip
@@ -40,7 +40,7 @@ def test_issue10_4_bf16_autocast_over_an_fp32_base_predicted_within_5pct_of_real
 
 
 def test_issue10_4_meta_autocast_casts_matmul_inputs_and_caches_trained_weights() -> None:
-    from tunepilot.sizing.dry_run_autocast import MetaAutocast
+    from tunepilot.sizing.dry_run.autocast import MetaAutocast
 
     frozen = torch.nn.Linear(8, 8, device="meta").requires_grad_(False)
     lora = torch.nn.Linear(8, 8, bias=False, device="meta")
@@ -64,7 +64,7 @@ def test_issue10_3_bf16_base_with_fp32_training_counts_its_matmuls_in_bf16(
     """training.precision fp32 over a bf16 base: no autocast, but the base's matmuls run in
     bf16 and only the fp32 LoRA weights' in fp32; hours use each precision's own peak."""
     from tunepilot.sizing.catalog import load_catalog
-    from tunepilot.sizing.dry_run import dry_run
+    from tunepilot.sizing.dry_run.run import dry_run
     from tunepilot.sizing.sheet import sheet_inputs, work_of
     from tunepilot.sizing.timing import seconds_on
 

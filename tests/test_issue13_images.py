@@ -270,7 +270,7 @@ def test_issue13_2_contact_sheet_shows_the_model_input_through_the_processors_ow
     from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
 
     from tunepilot.campaign.image_settings import ImageSettings
-    from tunepilot.data.images_sheet import tensor_picture
+    from tunepilot.data.images.sheet import tensor_picture
     from tunepilot.tasks.example import Example
     from tunepilot.tasks.images import ImageEncoder
 
@@ -304,7 +304,7 @@ def test_issue13_4_dry_run_sizes_an_image_campaign_as_its_step_measures(
     """`tunepilot size` on an image campaign: pixel batches of the processor's size; the
     prediction equals the real step's tensor bytes for LoRA and for full fine-tuning."""
     from tunepilot.data.workspace import Workspace
-    from tunepilot.sizing.dry_run_check import check_steps
+    from tunepilot.sizing.dry_run.check import check_steps
 
     write_shapes(tmp_path, vit)
     done = _cli("size", str(tmp_path / "campaign.yaml"), "--json")
@@ -341,7 +341,7 @@ def test_issue13_5_the_image_demo_runs_every_step_of_the_chain(tmp_path: Path) -
 def test_issue13_2_showing_another_split_leaves_the_reports_training_sheet_alone(
     tmp_path: Path, vit: Path
 ) -> None:
-    from tunepilot.data.images_show import show_images
+    from tunepilot.data.images.show import show_images
     from tunepilot.data.workspace import Workspace
 
     write_shapes(tmp_path, vit)

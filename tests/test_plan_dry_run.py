@@ -31,7 +31,7 @@ def test_item6_plan_on_banking77_with_the_llama_3_8b_config_without_a_gpu(
 ) -> None:
     from tunepilot.data.workspace import Workspace
     from tunepilot.sizing.catalog import load_catalog
-    from tunepilot.sizing.dry_run import dry_run
+    from tunepilot.sizing.dry_run.run import dry_run
 
     path = banking77(tmp_path, shared_data)
     cmd = [sys.executable, "-m", "tunepilot.cli", "plan", str(path), *LLAMA_8B]

@@ -11,13 +11,13 @@ import pytest
 
 from tunepilot.errors import InputError
 from tunepilot.measure.memory import MemoryProbe
-from tunepilot.sizing.catalog import GIB, load_catalog
-from tunepilot.sizing.memory_model import (
+from tunepilot.pilot.memory_fit import (
     CANNOT_VALIDATE,
     fit_memory_model,
     holdout_error,
     measure_memory_grid,
 )
+from tunepilot.sizing.catalog import GIB, load_catalog
 from tunepilot.sizing.sheet import updates_sheet
 from tunepilot.verdict import Verdict
 

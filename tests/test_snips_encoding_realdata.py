@@ -45,7 +45,7 @@ def test_d5_snips_loss_positions_are_exactly_the_json_answer(shared_data, tmp_pa
     # the first row has non-ASCII text in its answer ("Cita Romántica"): kept verbatim
     assert "Romántica" in samples[0]["expected"]
     from tunepilot.campaign.schema import AuditSettings
-    from tunepilot.data.audit_labels import check_lengths
+    from tunepilot.data.audit.labels import check_lengths
 
     lengths = check_lengths({"train": examples}, enc, "extraction", enc.max_length, AuditSettings())
     assert lengths.verdict is Verdict.PASS, lengths.sentence

@@ -71,7 +71,7 @@ def test_s6_truncation_that_cuts_the_answer_is_flagged(tok):
 def _lengths(encoder, *examples):
     """The audit's length check (D3, S6) on a training split of `examples`."""
     from tunepilot.campaign.schema import AuditSettings
-    from tunepilot.data.audit_labels import check_lengths
+    from tunepilot.data.audit.labels import check_lengths
 
     return check_lengths({"train": list(examples)}, encoder, "extraction", encoder.max_length,
                          AuditSettings())  # fmt: skip

@@ -91,6 +91,6 @@ def size(
 
     Example: tunepilot size campaign.yaml model.name_or_path=llama-3-8b-config --gpu "H100 80GB"
     """
-    from tunepilot.sizing.dry_run_flow import run_size
+    from tunepilot.sizing.dry_run.flow import run_size
 
     run_body(lambda: run_size(open_workspace(args), gpus=gpu, as_json=as_json, catalog=catalog))

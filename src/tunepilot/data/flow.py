@@ -32,16 +32,16 @@ def audit_findings(ws: Workspace, with_tokenizer: bool = True) -> tuple[Any, lis
 
 def _run_checks(ws: Workspace, prepared: Any, with_tokenizer: bool) -> list[Finding]:
     """Every audit check of the prepared data: the image checks, or the text ones."""
-    from tunepilot.data.audit import run_audit
+    from tunepilot.data.audit.run import run_audit
 
     label_map = ws.model_label_map() if with_tokenizer else None
     campaign = ws.campaign
     if campaign.hypothesis.task == "image_classification":  # decodes files, no processor
-        from tunepilot.data.images_audit import run_image_audit
+        from tunepilot.data.images.audit import run_image_audit
 
         findings, facts = run_image_audit(prepared, campaign.data, ws.root, label_map)
         if with_tokenizer and prepared.folder is not None:  # the report embeds this sheet
-            from tunepilot.data.images_show import show_images
+            from tunepilot.data.images.show import show_images
 
             usable = [f.example for f in facts if f.error is None and f.split == "train"]
             encoder = ws.encoder(prepared.label_names)
@@ -90,7 +90,7 @@ def show_workspace(ws: Workspace, split: str, n: int, per_class: int, as_json: b
         )
     encoder = ws.encoder(prepared.label_names)
     if ws.campaign.hypothesis.task == "image_classification":
-        from tunepilot.data.images_show import print_image_samples, samples_json, show_images
+        from tunepilot.data.images.show import print_image_samples, samples_json, show_images
 
         found, sheet = show_images(encoder, prepared.splits[split], split, ws.root,
                                    prepared.folder, n, per_class)  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any
 from tunepilot.campaign import CLASSIFICATION_TASKS, Campaign, stable_hash
 from tunepilot.data.clean import clean
 from tunepilot.data.generic import generic_texts
-from tunepilot.data.images_load import load_images
+from tunepilot.data.images.load import load_images
 from tunepilot.data.load import load_file
 from tunepilot.data.prepared import PreparedData
 from tunepilot.data.split import SEAL_FILE, make_splits

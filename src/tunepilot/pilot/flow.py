@@ -271,7 +271,7 @@ def _memory_section(state: PilotState, out: dict[str, Any]) -> list[str]:
     """Memory grid -> fitted model -> its held-out check, judged on the activation part (S1,
     S5). What this machine's counter saw; the per-card numbers come from the dry run."""
     from tunepilot.measure.memory import is_out_of_memory
-    from tunepilot.sizing.memory_model import (
+    from tunepilot.pilot.memory_fit import (
         fit_memory_model,
         holdout_error,
         measure_memory_grid,

@@ -77,7 +77,7 @@ def inspect_gate(state: PilotState) -> Outcome:
     per_class = 1 if state.kind == "classification" else 0
     train = state.prepared.splits["train"]
     if state.campaign.hypothesis.task == "image_classification":
-        from tunepilot.data.images_show import samples_json, show_images
+        from tunepilot.data.images.show import samples_json, show_images
         found, sheet = show_images(state.encoded.encoder, train, "train", state.ws.root,
                                    state.folder, 0, 1)  # fmt: skip
         text = json.dumps(samples_json(found), indent=2, ensure_ascii=False)

@@ -28,7 +28,7 @@ it); the sheet states that it sized this default."""
 def dry_runner(ws: Workspace) -> Callable[[Setting], Any]:
     """One dry run per `Setting`, on the campaign as configured except for the setting's
     knobs; the precision is a campaign override (the step is built exactly as a run builds it)."""
-    from tunepilot.sizing.dry_run import dry_run
+    from tunepilot.sizing.dry_run.run import dry_run
 
     def run(setting: Setting) -> Any:
         target = ws

@@ -1,6 +1,6 @@
 """One phase of the dry run: its peak live bytes split by what holds them, and its FLOPs.
 
-Shared by the dry run's driver (`dry_run.py`) and its measurement (`dry_run_measure.py`), so
+Shared by the dry run's driver (`dry_run/run.py`) and its measurement (`dry_run/measure.py`), so
 neither imports the other.
 """
 

@@ -1,6 +1,6 @@
 """Is the dry run right? The same step on real tensors, its tensor bytes measured (item 6).
 
-The step the dry run sizes (`dry_run_measure.train_step`) runs on the campaign's real base,
+The step the dry run sizes (`dry_run.measure.train_step`) runs on the campaign's real base,
 built by `model.build` as a run builds it, on this device. The memory probe measures the
 step's peak tensor bytes above what was live when it started: on CPU the PyTorch profiler's
 allocation events (never RSS: the heap keeps freed pages), on CUDA the caching allocator's
@@ -62,10 +62,10 @@ def check_steps(
 
     from tunepilot.measure.memory import MemoryProbe
     from tunepilot.model.build import apply_method, enable_activation_checkpointing, load_model
-    from tunepilot.sizing.dry_run import dry_run
-    from tunepilot.sizing.dry_run_config import architecture_config
-    from tunepilot.sizing.dry_run_measure import train_step
-    from tunepilot.sizing.dry_run_shape import Shape
+    from tunepilot.sizing.dry_run.config import architecture_config
+    from tunepilot.sizing.dry_run.measure import train_step
+    from tunepilot.sizing.dry_run.run import dry_run
+    from tunepilot.sizing.dry_run.shape import Shape
     from tunepilot.train.optimizer import build_optimizer
 
     keys = ("microbatch", "max_length", "activation_checkpointing", "base_dtype")

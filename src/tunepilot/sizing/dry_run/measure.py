@@ -3,7 +3,7 @@
 The model comes from `model.build` exactly as a run builds it (`build_from_config`, then
 `apply_method` with its set-up checks), activation checkpointing from the same helper the loop
 calls, the optimizer from `train.optimizer` and the loss from `train.batching`. Only what a meta
-tensor cannot show is added, by name (see `tunepilot.sizing.dry_run`).
+tensor cannot show is added, by name (see `tunepilot.sizing.dry_run.run`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from tunepilot.sizing.dry_run_attention import COUNTER, TARGET
-from tunepilot.sizing.dry_run_config import ArchitectureConfig
-from tunepilot.sizing.dry_run_shape import Shape
+from tunepilot.sizing.dry_run.attention import COUNTER, TARGET
+from tunepilot.sizing.dry_run.config import ArchitectureConfig
+from tunepilot.sizing.dry_run.shape import Shape
 from tunepilot.sizing.phase_size import CUBLAS_WORKSPACE, PHASES, PhaseSize
 
 
@@ -38,7 +38,7 @@ def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tup
     )
 
     source = ModelSource(arch.path, arch.source, None, None, {}, "local")
-    from tunepilot.sizing.dry_run_attention import register_fused_attention
+    from tunepilot.sizing.dry_run.attention import register_fused_attention
 
     TARGET["device"] = shape.device
     config = arch.with_layers(blocks)
@@ -57,8 +57,8 @@ def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tup
 
 def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measured:
     """Every phase of the model with `blocks` blocks, as live bytes and FLOPs."""
-    from tunepilot.sizing.dry_run_quant import QuantizedStorage
-    from tunepilot.sizing.dry_run_tracker import StorageTracker, model_roles
+    from tunepilot.sizing.dry_run.quant import QuantizedStorage
+    from tunepilot.sizing.dry_run.tracker import StorageTracker, model_roles
     from tunepilot.train.optimizer import build_optimizer
 
     model, _ = build_meta_model(arch, shape, blocks)
@@ -112,7 +112,7 @@ def make_batch(shape: Shape, batch: int, length: int, device: str = "meta",
     import torch
 
     if shape.image:
-        from tunepilot.sizing.dry_run_images import image_batch
+        from tunepilot.sizing.dry_run.images import image_batch
 
         return image_batch(shape.image, batch, device)
     ids = torch.randint(0, vocab, (batch, length), device=device)
@@ -138,7 +138,7 @@ def step_autocast(shape: Shape, device: str) -> Any:
     if shape.training.precision == "fp32":
         return contextlib.nullcontext()
     if device == "meta":
-        from tunepilot.sizing.dry_run_autocast import MetaAutocast
+        from tunepilot.sizing.dry_run.autocast import MetaAutocast
 
         return MetaAutocast(shape.training.precision, shape.device)
     from tunepilot.train.precision import autocast_and_scaler
@@ -167,7 +167,7 @@ def train_step(
     """One microbatch's forward (under the loop's autocast), loss, backward, clipping and
     optimizer step, as the loop runs them.
 
-    The dry run runs it on meta tensors; `dry_run_check` runs it on real ones to compare.
+    The dry run runs it on meta tensors; `dry_run.check` runs it on real ones to compare.
     """
     import math
 
@@ -228,7 +228,7 @@ def _one_pass(
     length: int,
 ) -> tuple[Any, int, dict[str, int]]:  # fmt: skip
     """One forward pass's peak breakdown, FLOPs and added terms."""
-    from tunepilot.sizing.dry_run_tracker import model_roles
+    from tunepilot.sizing.dry_run.tracker import model_roles
     from tunepilot.train.batching import summed_loss
 
     tracker.reset_peak()

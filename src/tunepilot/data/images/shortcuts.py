@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from tunepilot.campaign.image_settings import ImageSettings
-from tunepilot.data.image_facts import ImageFacts
+from tunepilot.data.images.facts import ImageFacts
 from tunepilot.verdict import Finding, Verdict
 
 MIN_CLASS_SUPPORT = 3  # evaluation images a class needs before a shortcut is judged

@@ -8,7 +8,7 @@ loss from `train.batching`. The phases the pilot measures then execute on meta t
 first step (optimizer state allocated), steady step, evaluation at the longest validation
 length, checkpoint and export. Meta tensors hold no memory, so a 70B step runs on a laptop.
 
-How the bytes are known (`dry_run_tracker`): every storage an operator returns is counted
+How the bytes are known (`dry_run.tracker`): every storage an operator returns is counted
 while it lives, so each phase's peak is the true peak of live bytes, split into weights,
 gradients, optimizer state, activations (made by forward, kept for backward) and temporaries.
 FLOPs come from `torch.utils.flop_counter.FlopCounterMode` on the same run.
@@ -21,7 +21,7 @@ extra block adds `m3 - m2`. Weights, gradients, optimizer state and FLOPs repeat
 peak moment inside backward can move by a few tensors with depth (within 1% in the tests).
 
 Measured vs added analytically (each added term is named in the phase's `analytical`):
-- attention runs as the target backend does (`dry_run_attention`): fused SDPA / flash keep no
+- attention runs as the target backend does (`dry_run.attention`): fused SDPA / flash keep no
   L x L matrix, eager does; stated per phase;
 - checkpoint and export write safetensors from host copies: no device allocation beyond what
   is resident, so those phases are the resident bytes (plus export's control forward);
@@ -41,7 +41,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tunepilot.sizing.dry_run_config import architecture_config
+from tunepilot.sizing.dry_run.config import architecture_config
 from tunepilot.sizing.phase_size import (  # noqa: F401  (PHASES: part of the interface)
     CUDA_CONTEXT,
     MIB,
@@ -98,8 +98,8 @@ def dry_run(
     `device` is the kind of device sized: "cuda" (the rented GPU; fused attention kernels,
     cuBLAS workspace) or "cpu" (this machine, used to validate against real execution).
     """
-    from tunepilot.sizing.dry_run_measure import measure_blocks
-    from tunepilot.sizing.dry_run_shape import Shape
+    from tunepilot.sizing.dry_run.measure import measure_blocks
+    from tunepilot.sizing.dry_run.shape import Shape
 
     started = time.monotonic()
     campaign = ws.campaign

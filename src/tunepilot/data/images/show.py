@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tunepilot.data.images_sheet import Cell, draw_rows, tensor_picture
+from tunepilot.data.images.sheet import Cell, draw_rows, tensor_picture
 from tunepilot.data.inspect import pick_examples
 from tunepilot.tasks.example import Example
 

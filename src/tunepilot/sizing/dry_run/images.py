@@ -16,7 +16,7 @@ from tunepilot.errors import input_error
 
 if TYPE_CHECKING:
     from tunepilot.data.workspace import Workspace
-    from tunepilot.sizing.dry_run_config import ArchitectureConfig
+    from tunepilot.sizing.dry_run.config import ArchitectureConfig
 
 PROCESSOR_FILE = "preprocessor_config.json"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunepilot.data.audit_labels import FAIL, PASS, SHOWN, WARN, _later, _noun, _nouns, _order
+from tunepilot.data.audit.labels import FAIL, PASS, SHOWN, WARN, _later, _noun, _nouns, _order
 from tunepilot.data.split import group_starts, time_key
 from tunepilot.tasks.example import Splits
 from tunepilot.verdict import Finding

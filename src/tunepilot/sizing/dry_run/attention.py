@@ -22,8 +22,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
 
-from tunepilot.sizing.dry_run_autocast import LOWER_NOW
-from tunepilot.sizing.dry_run_tracker import precision_of
+from tunepilot.sizing.dry_run.autocast import LOWER_NOW
+from tunepilot.sizing.dry_run.tracker import precision_of
 
 ATTENTION_KINDS = ("sdpa", "flash", "eager")
 

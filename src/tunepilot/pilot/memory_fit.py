@@ -1,6 +1,14 @@
-"""The memory model (S1, S5): peaks measured at a few (microbatch, length) points, fitted as
-peak = fixed + a x tokens + b x tokens x length (tokens = microbatch x length; the quadratic
-term is attention scores), and checked on a held-out point before anyone trusts it.
+"""The pilot's memory fit (S1, S5): peaks measured on this machine at a few (microbatch,
+length) points, fitted as peak = fixed + a x tokens + b x tokens x length (tokens = microbatch
+x length; the quadratic term is attention scores), and checked on a held-out point before
+anyone trusts it.
+
+Two ways of predicting memory answer two questions. The dry run (`sizing/dry_run/`) answers
+"what will this step need on a card I do not have?": it executes the step on fake tensors for
+any card, shape and option, and every per-card number in the plan is its. This fit answers
+"does what this machine really allocates grow the way we think?": it is measured with the real
+kernels and allocator of the machine the pilot ran on, so on the rented card (the re-pilot,
+B1) it is the evidence the dry run is held to. It never sizes another card.
 
 Pure Python + numpy; the measurements come from the one memory probe.
 """

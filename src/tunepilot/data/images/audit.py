@@ -29,16 +29,16 @@ from pathlib import Path
 
 from tunepilot.campaign import DataSettings
 from tunepilot.campaign.image_settings import ImageSettings
-from tunepilot.data.audit_labels import (
+from tunepilot.data.audit.labels import (
     SHOWN,
     check_class_balance,
     check_label_mapping,
     check_unseen_labels,
 )
-from tunepilot.data.audit_units import check_group_leakage, check_time_overlap
-from tunepilot.data.image_facts import GREY_SPREAD, THUMB, ImageFacts
-from tunepilot.data.images_near import check_near_images
-from tunepilot.data.images_shortcuts import check_shortcuts
+from tunepilot.data.audit.units import check_group_leakage, check_time_overlap
+from tunepilot.data.images.facts import GREY_SPREAD, THUMB, ImageFacts
+from tunepilot.data.images.near import check_near_images
+from tunepilot.data.images.shortcuts import check_shortcuts
 from tunepilot.data.prepared import PreparedData
 from tunepilot.tasks.example import SPLITS
 from tunepilot.tasks.image_files import ImageFileError, open_image, pixel_hash

@@ -61,7 +61,7 @@ FP32_OUTPUT = {
 }  # fmt: skip
 LOWER_NOW: list[Any] = []
 """The innermost active region's cast to the half type: the attention stand-in
-(`dry_run_attention`) runs above this mode and casts q, k and v through it, as autocast
+(`dry_run.attention`) runs above this mode and casts q, k and v through it, as autocast
 casts the inputs of `scaled_dot_product_attention`."""
 
 

@@ -19,13 +19,15 @@ from dataclasses import asdict
 from typing import Any
 
 from tunepilot.campaign import CLASSIFICATION_TASKS, DataSettings, Hypothesis
-from tunepilot.data.audit_answers import check_gold_answers
-from tunepilot.data.audit_chat import (
+from tunepilot.data.audit.answers import check_gold_answers
+from tunepilot.data.audit.chat import (
     check_same_user_turns,
     check_shared_openings,
     check_turn_end,
 )
-from tunepilot.data.audit_labels import (
+from tunepilot.data.audit.dedup import DuplicateGroup, NearPair, build_index, exact_duplicates
+from tunepilot.data.audit.dedup import near_duplicates as find_near_duplicates
+from tunepilot.data.audit.labels import (
     FAIL,
     PASS,
     SHOWN,
@@ -40,9 +42,7 @@ from tunepilot.data.audit_labels import (
     check_position_limit,
     check_unseen_labels,
 )
-from tunepilot.data.audit_units import check_group_leakage, check_time_overlap
-from tunepilot.data.dedup import DuplicateGroup, NearPair, build_index, exact_duplicates
-from tunepilot.data.dedup import near_duplicates as find_near_duplicates
+from tunepilot.data.audit.units import check_group_leakage, check_time_overlap
 from tunepilot.data.generic import GenericTexts, generic_texts
 from tunepilot.data.prepared import PreparedData, RuleCount
 from tunepilot.tasks.example import Splits

@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tunepilot.campaign.image_settings import ImageSettings
-from tunepilot.data.audit_labels import SHOWN
-from tunepilot.data.image_facts import ImageFacts
+from tunepilot.data.audit.labels import SHOWN
+from tunepilot.data.images.facts import ImageFacts
 from tunepilot.tasks.example import SPLITS
 from tunepilot.verdict import Finding, Verdict
 
@@ -100,7 +100,7 @@ def check_near_images(
         return Finding(check, Verdict.PASS, f"no near-duplicate pair across splits ({rule})", "D2")
     picture = None
     if folder is not None:
-        from tunepilot.data.images_sheet import write_pairs_sheet
+        from tunepilot.data.images.sheet import write_pairs_sheet
 
         picture = write_pairs_sheet(
             pairs[:12], Path(folder) / "near_duplicates.png", settings.max_pixels,

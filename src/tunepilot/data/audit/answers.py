@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunepilot.campaign.answer_schema import schema_errors
-from tunepilot.data.audit_labels import FAIL, PASS, WARN, _noun, _order
+from tunepilot.data.audit.labels import FAIL, PASS, WARN, _noun, _order
 from tunepilot.tasks.example import Splits
 from tunepilot.verdict import Finding
 

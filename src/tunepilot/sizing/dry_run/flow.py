@@ -17,7 +17,7 @@ def run_size(
 ) -> int:  # fmt: skip
     """Dry-run the campaign on its target architecture, print the phases, judge each card."""
     from tunepilot.sizing.catalog import load_catalog
-    from tunepilot.sizing.dry_run import dry_run
+    from tunepilot.sizing.dry_run.run import dry_run
 
     cards = load_catalog(catalog)
     names = gpus or ([ws.campaign.rental.gpu] if ws.campaign.rental.gpu else [])

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from tunepilot.data.audit_labels import FAIL, PASS, SHOWN, WARN, _later, _noun, _nouns, _order
+from tunepilot.data.audit.labels import FAIL, PASS, SHOWN, WARN, _later, _noun, _nouns, _order
 from tunepilot.data.normalize import normalize_text
 from tunepilot.errors import InputError
 from tunepilot.tasks.base import IGNORE_INDEX

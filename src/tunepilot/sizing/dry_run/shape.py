@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import input_error
-from tunepilot.sizing.dry_run_config import ArchitectureConfig
+from tunepilot.sizing.dry_run.config import ArchitectureConfig
 
 if TYPE_CHECKING:
     from tunepilot.data.workspace import Workspace
@@ -47,7 +47,7 @@ class Shape:
         base_dtype: str | None, attention: str | None, device: str,
     ) -> Shape:  # fmt: skip
         from tunepilot.model.base_dtype import BASE_DTYPES
-        from tunepilot.sizing.dry_run_attention import ATTENTION_KINDS, SENTENCES
+        from tunepilot.sizing.dry_run.attention import ATTENTION_KINDS, SENTENCES
 
         c = ws.campaign
         t, m = c.training, c.model
@@ -82,7 +82,7 @@ class Shape:
             labels = ws.preview.label_names
         image = None
         if task == "image_classification":
-            from tunepilot.sizing.dry_run_images import image_input
+            from tunepilot.sizing.dry_run.images import image_input
 
             image, said = image_input(ws, arch, list(labels or []))
             notes.append(said)
