@@ -319,10 +319,11 @@ class Campaign(Strict):
     seeds: Seeds = Field(default_factory=lambda: [0], description="Every variant runs each seed.")
     test_policy: TestPolicy = Field(default_factory=TestPolicy)
     rental: Rental = Field(default_factory=Rental)
-    tracking: list[Literal["tensorboard", "mlflow"]] = Field(
+    tracking: list[Literal["tensorboard", "mlflow", "wandb"]] = Field(
         default_factory=list,
         description="Trackers that also receive every run's curve and evaluations "
-        "(under <campaign>/tracking/); the ledger stays the source of truth.",
+        "(under <campaign>/tracking/; wandb: offline there unless WANDB_API_KEY is set); the "
+        "ledger stays the source of truth.",
     )
 
     @model_validator(mode="after")
