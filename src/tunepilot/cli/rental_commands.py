@@ -60,17 +60,35 @@ def plan(
     gpu: Gpu = None,
     catalog: Catalog = None,
     as_json: JsonFlag = False,
+    emit: Annotated[
+        str | None,
+        typer.Option("--emit", help="Also write a launcher's job file: skypilot "
+                     "(launch/skypilot.yaml; run it with `sky jobs launch`)."),
+    ] = None,
+    nodes: Annotated[
+        int, typer.Option("--nodes", min=1, max=1024, help="Machines for the emitted job "
+                          "(torchrun over all of them).")
+    ] = 1,
 ) -> None:
     """The per-card sheet (L1) and the 3/7/30-day rental plan (L3), without a GPU: a dry run of
     the campaign's exact step on every catalog card (fits, headroom, largest microbatch with and
     without activation checkpointing, base dtypes, DDP vs FSDP), hours from the step's FLOPs
     over each card's peak and a stated utilisation, or from a pilot on that very card.
 
-    Example: tunepilot plan campaign.yaml --gpu "H100 80GB" --catalog my-prices.yaml
+    `--emit skypilot` writes launch/skypilot.yaml: the chosen card, tunepilot's install, and
+    the package's phases in order (re-pilot on the card, baseline, runs, compare, export,
+    verify), with the campaign folder on a bucket so a preempted job resumes.
+
+    Examples:
+
+      tunepilot plan campaign.yaml --gpu "H100 80GB" --catalog my-prices.yaml
+
+      tunepilot plan campaign.yaml --gpu "8x H100 80GB" --emit skypilot --nodes 2
     """
     from tunepilot.pilot.plan import run_plan
 
-    run_body(lambda: run_plan(open_workspace(args), gpu=gpu, as_json=as_json, catalog=catalog))
+    run_body(lambda: run_plan(open_workspace(args), gpu=gpu, as_json=as_json, catalog=catalog,
+                              emit=emit, nodes=nodes))
 
 
 @app.command()

@@ -38,30 +38,6 @@ class StepLog:
         return [name for name, code, _ in self.rows if code != 0]
 
 
-def export_target(ws: Workspace, comparison: Any) -> tuple[str | None, str]:
-    """The run to deliver and why: the adopted variant's (else the control's) first completed
-    seed whose own guards pass (H2). A run that fails its guards is never delivered here."""
-    from tunepilot.campaign.variants import variant_campaign
-    from tunepilot.experiments.guards import run_guards
-    from tunepilot.ledger import Ledger
-    from tunepilot.verdict import Verdict
-
-    wanted = comparison.adopted or "control"
-    campaign = variant_campaign(ws.campaign, wanted)
-    failing: list[str] = []
-    with Ledger.open(ws.ledger_path) as ledger:
-        runs = [r for r in ledger.list_runs() if r.variant == wanted and r.status == "completed"]
-        for r in sorted(runs, key=lambda r: (r.seed, r.id)):
-            fails = [f.check for f in run_guards(campaign, ledger, r.id)
-                     if f.verdict is Verdict.FAIL]  # fmt: skip
-            if not fails:
-                return r.id, f"{r.id} ({wanted}, seed {r.seed}; every guard passes)"
-            failing.append(f"{r.id} fails {', '.join(fails)}")
-    if not runs:
-        return None, f"nothing (no completed `{wanted}` run)"
-    return None, f"nothing: every completed `{wanted}` run fails its guards ({'; '.join(failing)})"
-
-
 def run_chain(campaign_path: Path) -> int:
     """Run every step; returns 1 if any step reported a FAIL, else 0."""
     from tunepilot.console import console
@@ -70,6 +46,7 @@ def run_chain(campaign_path: Path) -> int:
     from tunepilot.deliver.verify import verify_command
     from tunepilot.experiments import flow as run_flow
     from tunepilot.experiments.compare import compare_campaign, compare_command
+    from tunepilot.experiments.guards import export_target
     from tunepilot.pilot.flow import run_pilot
     from tunepilot.pilot.plan import run_plan
     from tunepilot.report.flow import write_report

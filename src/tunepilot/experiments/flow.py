@@ -109,7 +109,8 @@ def run_any(ws: Workspace, variants: list[str] | None, seeds: str | None,
                           f"with {replicas} replicas per run", "use one of --jobs or --nproc")
     if jobs:
         return jobs_module.run_jobs(ws, variants, seeds, jobs, stop_after=stop_after)
-    if replicas > 1 or (strategy or dist.strategy) != "none":
+    # torchrun flags (several nodes) make even one process per node a distributed run
+    if replicas > 1 or torchrun_args or (strategy or dist.strategy) != "none":
         names = variants or variant_names(ws.campaign)
         codes = [
             jobs_module.run_distributed(ws, name, seed, replicas, strategy,

@@ -136,15 +136,22 @@ def build_plan(
     return out, lines
 
 
-def run_plan(ws: Workspace, *, gpu: str | None, as_json: bool, catalog: Path | None = None) -> int:
+def run_plan(ws: Workspace, *, gpu: str | None, as_json: bool, catalog: Path | None = None,
+             emit: str | None = None, nodes: int = 1) -> int:
     """`tunepilot plan`: print the sheet and the package; write them into the latest pilot's
-    folder when that pilot measured this configuration."""
+    folder when that pilot measured this configuration; with `emit`, the launcher's job file
+    for the planned card."""
     from tunepilot.console import console, print_json
+    from tunepilot.errors import input_error
     from tunepilot.pilot.flow import write_json
 
+    if emit not in (None, "skypilot"):
+        raise input_error("--emit", f"`{emit}`", "use --emit skypilot")
     folder, pilot, note = matching_pilot(ws)
     out, lines = build_plan(ws, gpu=gpu or ws.campaign.rental.gpu, catalog=catalog, pilot=pilot)
     out["pilot_note"] = note
+    if emit:
+        out["emitted"] = str(emit_skypilot(ws, out, catalog, nodes))
     head = f"# Sizing and rental plan for {ws.campaign.name}"
     text = "\n".join([head, "", note + ".", "", *lines]) + "\n"
     if folder is not None:  # the pilot's own measurements stay; an earlier plan is replaced
@@ -160,3 +167,37 @@ def run_plan(ws: Workspace, *, gpu: str | None, as_json: bool, catalog: Path | N
     else:
         console.print(text, markup=False, soft_wrap=True)  # markdown tables stay one line
     return 0
+
+
+def emit_skypilot(ws: Workspace, plan: dict[str, Any], catalog: Path | None, nodes: int) -> Path:
+    """Write `<campaign>/launch/skypilot.yaml` for the plan's card: the target, else the
+    recommendation (L3). No card that fits is bad input: there is nothing to launch."""
+    from tunepilot import __version__
+    from tunepilot.console import error_console
+    from tunepilot.errors import input_error, write_text_atomic
+    from tunepilot.sizing.catalog import load_catalog
+    from tunepilot.sizing.launch import package_phases, skypilot_task, source_tree, task_yaml
+
+    name = plan.get("target") or plan.get("recommendation")
+    if not name:
+        raise input_error("--emit skypilot", "no card of the catalog fits this campaign",
+                          "pass --gpu with a card that fits (see the sheet above)")  # fmt: skip
+    card = load_catalog(catalog).card(name)
+    task = skypilot_task(
+        campaign_name=ws.campaign.name, campaign_folder=ws.root.resolve(),
+        campaign_file=ws.campaign_file.name, card_name=card.name, gpus=card.gpus, nodes=nodes,
+        phases=package_phases(ws.campaign, card.name), version=__version__,
+        source=source_tree(),
+    )  # fmt: skip
+    header = [f"SkyPilot task for the campaign {ws.campaign.name}, written by `tunepilot plan "
+              f"--emit skypilot` for {nodes} x {card.name}.",
+              f"Launch:  sky jobs launch {ws.root / 'launch' / 'skypilot.yaml'}",
+              "A managed job restarts a preempted instance; the phases done are skipped and a",
+              "run continues from its newest checkpoint (the campaign folder lives on the",
+              "bucket below). Plan: " + str(plan.get("sentence", "")), ""]  # fmt: skip
+    path = ws.root / "launch" / "skypilot.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, task_yaml(task, header))
+    error_console.print(f"launcher job written: {path} (sky jobs launch {path})",
+                        highlight=False, soft_wrap=True)  # fmt: skip
+    return path
