@@ -60,7 +60,7 @@ special_tokens:
 
 def _campaign(config: dict):
     out = convert(config, "c")
-    return validate_mapping(out.campaign, source="converted"), out
+    return validate_mapping(out.stated(), source="converted"), out
 
 
 def test_s1_converted_qlora_example_evaluates_at_axolotls_micro_batch_not_32() -> None:
@@ -104,3 +104,31 @@ def test_v5_an_axolotl_wandb_project_turns_on_the_wandb_tracker() -> None:
     base = {"base_model": "org/m", "learning_rate": 1e-4, "datasets": [{"path": "d.jsonl"}]}
     assert _campaign({**base, "wandb_project": "team-sft"})[0].tracking == ["wandb"]
     assert _campaign(base)[0].tracking == []
+
+
+def test_h1_validate_refuses_the_converters_placeholder_hypothesis(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    source = tmp_path / "qlora.yml"
+    source.write_text(AXOLOTL_QLORA, encoding="utf-8")
+    cli = [sys.executable, "-m", "tunepilot.cli"]
+    made = subprocess.run([*cli, "init", str(tmp_path / "c"), "--from-axolotl", str(source)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    path = tmp_path / "c" / "campaign.yaml"
+    done = subprocess.run([*cli, "validate", str(path)], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 2
+    said = " ".join(done.stderr.split())
+    assert "hypothesis.behaviour" in said and "placeholder" in said
+    assert f"{path}:" in said  # names the file and line
+
+
+def test_h1_init_names_the_campaign_after_its_folder(tmp_path: Path) -> None:
+    from tunepilot.campaign import load_campaign
+    from tunepilot.campaign.templates import write_template
+
+    for task in ("classification", "extraction", "chat"):
+        path = write_template(tmp_path / f"refund queue {task}", task)
+        assert load_campaign(path).name == f"refund-queue-{task}"

@@ -20,6 +20,7 @@ import yaml
 
 from tunepilot.campaign.axolotl_defaults import apply_axolotl_defaults, seed_runs
 from tunepilot.campaign.checks import hub_id_form
+from tunepilot.campaign.hypothesis import PLACEHOLDER_BEHAVIOUR
 from tunepilot.campaign.loading import read_yaml
 from tunepilot.errors import InputError, Problem, input_error
 
@@ -76,6 +77,12 @@ class Conversion:
     origin: dict[str, str] = field(default_factory=dict)  # dotted key -> axolotl key
     unknown: list[str] = field(default_factory=list)  # "key: why" lines
 
+    def stated(self, behaviour: str = "stated by the user") -> dict[str, Any]:
+        """The campaign once its user has stated the behaviour: what must load (the placeholder
+        itself is refused until it is replaced, H1)."""
+        return {**self.campaign, "hypothesis": {**self.campaign["hypothesis"],
+                                                "behaviour": behaviour}}  # fmt: skip
+
     def put(self, dotted: str, value: Any, origin: str) -> None:
         node = self.campaign
         *parents, last = dotted.split(".")
@@ -103,7 +110,7 @@ def convert(config: dict[str, Any], name: str) -> Conversion:
     """Map the keys this tool knows; list the rest with the reason they were not carried."""
     out = Conversion()
     out.put("name", name, "the folder name")
-    out.put("hypothesis", {"behaviour": "STATE THE BEHAVIOUR TO IMPROVE (H1)", "task": "format"},
+    out.put("hypothesis", {"behaviour": PLACEHOLDER_BEHAVIOUR, "task": "format"},
             "not in Axolotl: state it (H1, H2)")  # fmt: skip
     handlers: dict[str, Callable[[Any], None]] = {
         "adapter": lambda v: _adapter(out, v),
@@ -337,12 +344,11 @@ def write_from_axolotl(
     from tunepilot.campaign.loading import validate_mapping
 
     config = read_axolotl(source)
-    name = (
-        re.sub(r"[^A-Za-z0-9._-]+", "-", Path(directory).resolve().name).strip("-.") or "campaign"
-    )
-    conversion = convert(config, name)
-    try:
-        validate_mapping(conversion.campaign, source="converted campaign")
+    from tunepilot.campaign.templates import campaign_name_for
+
+    conversion = convert(config, campaign_name_for(directory))
+    try:  # everything but the placeholder (which `validate` refuses until it is stated)
+        validate_mapping(conversion.stated(), source="converted campaign")
     except InputError as err:
         problems = []
         for p in err.problems:
