@@ -25,6 +25,8 @@ def test_l5_quick_demo_runs_the_whole_chain_and_delivers(tmp_path: Path, task: s
         assert step in out, step
     summary = out[out.index("summary"):]
     assert "5. dossier:" in summary and "decision:" in summary
+    assert "run 1 of " in out  # the sweep says which run it is on, and of how many
+    assert "run 1 of " in result.stderr.split("training control-s0-1")[0].splitlines()[-1]
     assert (folder / "report" / "index.html").is_file()
     gates = json.loads(next((folder / "pilots").glob("*/gates.json")).read_text())
     assert len(gates["rows"]) == 13

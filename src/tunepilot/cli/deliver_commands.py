@@ -18,7 +18,9 @@ from tunepilot.cli.app import CampaignArgs, JsonFlag, app, open_workspace, run_b
 def export(
     run_id: Annotated[str, typer.Argument(help="A completed run, e.g. lr-2e-4-s0-1.")],
     args: CampaignArgs = None,
-    out: Annotated[Path | None, typer.Option(help="Bundle folder (default exports/RUN).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Bundle folder (default exports/RUN); a relative path is inside the campaign."
+    )] = None,
     merge: Annotated[
         bool, typer.Option("--merge", help="Also write the adapter merged into its base "
                            "(merged/, safetensors, the base's dtype).")

@@ -322,6 +322,10 @@ def _fmt(summary: dict[str, Any]) -> str:
     return f"{summary['mean']:.4f}" + (f" ± {std:.4f}" if std is not None else "")
 
 
+def _seeds(seeds: list[int]) -> str:
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+
+
 def _print(cmp: Comparison, console: Any) -> None:
     from rich.panel import Panel
     from rich.table import Table
@@ -329,19 +333,30 @@ def _print(cmp: Comparison, console: Any) -> None:
     from tunepilot.console import findings_table
 
     metrics = HEADLINES[cmp.task]
-    table = Table(title=f"{cmp.campaign}: variants vs control (mean ± std over seeds, V6)")
+    table = Table(title=f"{cmp.campaign}: variants vs control (mean ± std over each one's "
+                        "seeds; Δ paired, on the seeds both ran: V6)")
     for col in ("variant", "seeds", *metrics, f"Δ {cmp.metric} vs control [{LEVEL:.0%} CI], p",
                 "guards"):  # fmt: skip
         table.add_column(col)
     for v in cmp.variants:
         ci = v.ci
+        paired = sorted(ci["seeds"]) if ci else []
         shown = (f"{ci['diff']:+.4f} [{ci['low']:+.4f}, {ci['high']:+.4f}] Holm p "
-                 f"{ci['p_holm']:.3f}" if ci else "-")  # fmt: skip
+                 f"{ci['p_holm']:.3f}, {_seeds(paired)}" if ci else "-")  # fmt: skip
         fails = sum(f.verdict is Verdict.FAIL for f in v.guards)
         guards = "-" if not v.guards else ("[red]FAIL[/]" if fails else "[green]PASS[/]")
         table.add_row(v.name, f"{len(v.used)}/{len({x.seed for x in v.runs})}",
                       *(_fmt(v.summary.get(m, {})) for m in metrics), shown, guards)  # fmt: skip
     console.print(table)
+    control = next((v for v in cmp.variants if v.name == CONTROL), None)
+    for v in cmp.variants:
+        if v.ci and control is not None:
+            means = {x.seed for x in v.used} | {x.seed for x in control.used}
+            if set(v.ci["seeds"]) != means:  # never a mean beside a delta on other seeds
+                console.print(
+                    f"[yellow]note:[/] {v.name}: the means cover {_seeds(sorted(means))} "
+                    f"(control {_seeds(sorted(x.seed for x in control.used))}); its Δ is "
+                    f"paired on {_seeds(sorted(v.ci['seeds']))} only", highlight=False)
     for v in cmp.variants:
         judged = [f for f in v.guards if f.verdict is not Verdict.PASS]
         if judged:
