@@ -57,3 +57,19 @@ def test_v6_compare_says_the_delta_is_paired_on_one_seed_beside_two_seed_means(
     assert "seed 0" in out and "Δ paired, on the seeds both ran" in out
     assert ("lr-5e-5: the means cover seeds 0, 1 (control seeds 0, 1); its Δ is paired on "
             "seed 0 only") in out
+
+
+@pytest.mark.slow  # a subprocess dry run: ~10 s on a quiet machine
+def test_s1_size_says_what_it_is_doing_on_stderr_and_keeps_json_on_stdout(tmp_path):
+    import subprocess
+    import sys
+
+    path = write_demo_campaign(tmp_path, tiny=True, n_conversations=30)
+    done = subprocess.run([sys.executable, "-m", "tunepilot.cli", "size", str(path), "--json"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    json.loads(done.stdout)
+    lines = done.stderr.splitlines()
+    assert any("sizing base-model: its config" in line for line in lines)
+    assert any("dry run: microbatch 2 x" in line and "started" in line for line in lines)
+    assert any("dry run: microbatch 2 x" in line and "done, 2/2 models" in line for line in lines)

@@ -126,14 +126,15 @@ def run_demo(folder: Path, task: str = "classification", quick: bool = False) ->
 
         raise input_error(str(folder), "a campaign already lives here",
                           "pass another folder, or delete this one to start over")
+    fix_data = None
     if task == "image":
-        from tunepilot.demo.images import write_image_campaign
+        from tunepilot.demo.images import fix_digit_folders, write_image_campaign
 
-        path = write_image_campaign(folder, quick)
+        path, fix_data = write_image_campaign(folder, quick), fix_digit_folders
     elif quick:
         path = write_demo_campaign(folder, task, tiny=True, n_conversations=60, overrides=QUICK)
     else:
         path = write_demo_campaign(folder, task)
     model = "MiniLM" if "name_or_path: minilm" in path.read_text() else "a tiny model"
     console.print(f"demo campaign written to [bold]{path}[/] (base: {model})")
-    return run_chain(path)
+    return run_chain(path, fix_data)
