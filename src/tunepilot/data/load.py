@@ -40,6 +40,27 @@ from tunepilot.errors import ProblemList
 from tunepilot.tasks.example import Example
 
 
+def load_dataset_source(
+    spec: Any, root: Path, data: DataSettings, task: str, record: dict[str, Any] | None = None
+) -> list[Example]:
+    """Every example of `data.dataset` (hub_dataset.py), like a file's: numbered rows, the
+    same field mapping, every problem at once; `record` gets its label and fingerprint."""
+    from tunepilot.data.hub_dataset import read_dataset_source
+
+    problems = ProblemList("data.dataset")
+    rows, columns, label, fingerprint = read_dataset_source(spec, root, problems)
+    title = f"cannot load the dataset {label}"
+    problems.raise_if_any(title)
+    if record is not None:
+        record.update(source=label, fingerprint=fingerprint)
+    if not rows:
+        problems.add(label, "no rows", "name a split with examples in it")
+    problems.raise_if_any(title)
+    examples = _to_examples(Path(label), rows, columns, data, task, problems)
+    problems.raise_if_any(title)
+    return examples
+
+
 def load_file(
     path: Path,
     data: DataSettings,
