@@ -52,6 +52,7 @@ def write_demo_campaign(
             model = "base-model"
         else:
             model, _ = base_model_choice(folder)
+            overrides = {**FULL_CLASSIFICATION, **(overrides or {})}
         text = text.replace("name_or_path: minilm ", f"name_or_path: {model} ")
     else:
         build_extraction_model(folder)
@@ -102,6 +103,20 @@ def _with_overrides(text: str, overrides: dict[str, object]) -> str:
         leading.append(line)
     return "\n".join(leading) + "\n" + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
 
+
+FULL_CLASSIFICATION = {
+    "training.microbatch": 8,
+    "training.accumulation": 1,
+    "training.budget.updates": 120,
+    "training.eval_every": 60,
+    "training.warmup_updates": 6,
+    "variants.lr-2e-4.explain": "Double the learning rate: is the control too timid for 120 "
+    "updates?",
+}
+"""The full demo's budget: 6 MiniLM LoRA runs (3 learning rates x 2 seeds) of 120 updates of
+8 tickets x 64 tokens, a quarter of the tokens of the 1.8 s step measured on a quiet 2-core
+machine (16 x 128), so ~6 minutes of training and `make demo` under ten minutes there
+(`benchmarks/bench_demo_time.py` measures it); the template's 200 x 16 is a GPU campaign's."""
 
 QUICK = {
     "training.budget.updates": 12,
