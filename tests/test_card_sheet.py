@@ -165,6 +165,20 @@ def test_l3_package_hours_come_from_the_dry_runs_flops_and_the_calibrated_utilis
     assert "ASSUMED" in s["hours_basis"]  # the disk speed still is one
 
 
+def test_b1_every_package_starts_with_the_re_pilot_naming_the_cards_stack(sheet) -> None:
+    _, s = sheet
+    planned = [r for r in s["rows"] if r["package"]]
+    assert len(planned) > 5
+    for r in planned:
+        first = r["package"]["plan"]["phases"][0]
+        assert first["name"] == "re-pilot on this card" and first["hours"] > 0
+        assert first["commands"][0] == f'tunepilot pilot campaign.yaml --gpu "{r["card"]}"'
+        assert r["package"]["plan"]["workload"]["final_evals"] == 1  # the sealed test once
+    rocm = row(s, "MI300X 192GB")["package"]["plan"]["phases"][0]["sentence"]
+    assert "ROCm on gfx942, ROCm 6.0 or later" in rocm
+    assert "CUDA on sm_90" in row(s, "H100 80GB")["package"]["plan"]["phases"][0]["sentence"]
+
+
 def test_l1_a_row_that_does_not_pass_has_no_hours_package_or_cost(sheet) -> None:
     _, s = sheet
     failing = [r for r in s["rows"] if r["configured"]["verdict"] != "PASS"]

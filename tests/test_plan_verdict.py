@@ -216,3 +216,41 @@ def test_s4_l3_lengths_come_from_the_campaigns_tokenizer_as_a_stated_proxy(tiny)
     alone = dry_run(Workspace.open(bare, ["data.max_length=256"]), base_dtype="bf16")
     assert alone.mean_length is None and alone.phase("steady step").inputs["length"] == 256
     assert "upper bound" in lengths_caveat(alone, 256)
+
+
+def test_l1_every_candidate_change_is_a_valid_campaign_override(tiny) -> None:
+    """The nearest-change table is dotted `key=value` overrides: each one the table can
+    propose is accepted by the campaign schema (a misspelt key would be exit 2 at run time)."""
+    from tunepilot.campaign import load_campaign
+    from tunepilot.sizing.nearest import CANDIDATES
+
+    path, _, _ = tiny
+    proposed = 0
+    for base in (SHAPE, [*SHAPE, "training.microbatch=2", "training.precision=fp32",
+                         "model.base_dtype=fp32"]):  # fmt: skip
+        campaign = load_campaign(path, base)
+        for candidate in CANDIDATES:
+            for values in candidate.values(campaign):
+                assert all("=" in v and v.split("=")[0].count(".") >= 1 for v in values)
+                load_campaign(path, [*base, *values])
+                proposed += 1
+    assert proposed >= len(CANDIDATES)  # every candidate proposed at least once
+
+
+def test_l1_the_fp16_change_covers_every_source_of_bf16_compute_at_once() -> None:
+    """A card without bf16 needs every bf16 source changed in one trial: the autocast and a
+    bf16 or 4-bit base (QLoRA computes in bf16); an unset base already loads fp32 there."""
+    from types import SimpleNamespace as NS
+
+    from tunepilot.sizing.nearest import CANDIDATES
+
+    (fp16,) = [c for c in CANDIDATES if c.name.startswith("fp16")]
+
+    def campaign(precision, base):
+        return NS(training=NS(precision=precision), model=NS(base_dtype=base))
+
+    assert fp16.values(campaign("bf16", "bf16")) == [["training.precision=fp16",
+                                                      "model.base_dtype=fp16"]]  # fmt: skip
+    assert fp16.values(campaign("bf16", None)) == [["training.precision=fp16"]]
+    assert fp16.values(campaign("fp32", "nf4")) == [["model.base_dtype=fp16"]]
+    assert fp16.values(campaign("fp32", None)) == []

@@ -101,6 +101,7 @@ def build_plan(
     split when the caller has them; `runner` replaces the dry run of a `Setting`, `changes`
     (card -> overrides -> dry run) the one the nearest-change search executes."""
     from tunepilot.pilot.stale import measured_card
+    from tunepilot.progress import start_line
     from tunepilot.sizing.catalog import load_catalog
     from tunepilot.sizing.recommend import recommendation, smallest_fit
     from tunepilot.sizing.rental import plan_markdown
@@ -111,6 +112,8 @@ def build_plan(
     cards = load_catalog(catalog)
     target = cards.card(gpu) if gpu else None  # a wrong name is exit 2 before any dry run
     c = ws.campaign
+    start_line(f"plan: reading the data, then about nine dry runs of {c.model.name_or_path}'s "
+               f"step for the {len(cards.cards)} machines of {cards.source}")  # fmt: skip
     if splits is None:
         splits = {k: len(v) for k, v in ws.preview.splits.items()}
     base = getattr(c.model, "base_dtype", None) or DEFAULT_GPU_BASE

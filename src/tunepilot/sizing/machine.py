@@ -73,6 +73,21 @@ def commands(campaign: str, card: str, layout: Layout, accumulation: int,
     }  # fmt: skip
 
 
+def stack_note(card: Any, base_dtype: str, attention: str | None) -> str:
+    """What the re-pilot's environment gate must find on `card` (B1, B2): the backend, the
+    architecture the torch build must target, the oldest release that supports it, and the
+    builds of the extensions the campaign uses."""
+    rocm = card.backend == "rocm"
+    parts = [f"{'ROCm' if rocm else 'CUDA'} on {card.arch or 'an architecture not in the catalog'}"
+             + (f", {card.stack}" if card.stack else "")]  # fmt: skip
+    if base_dtype in ("nf4", "int8"):
+        parts.append(f"bitsandbytes built for {'ROCm (its HIP build)' if rocm else 'CUDA'}")
+    if attention and attention.startswith("flash"):
+        parts.append("flash-attn built for ROCm (its composable-kernel build)" if rocm
+                     else "flash-attn for this CUDA and torch")  # fmt: skip
+    return "; ".join(parts)
+
+
 def plan_machine(
     card: Any, fits: list[Fit], seconds: PhaseSeconds | None, inputs: Any,
     prices: dict[int, float | None],
@@ -98,6 +113,7 @@ def plan_machine(
             commands=commands(inputs.campaign_file, card.name, f.layout, inputs.accumulation,
                               inputs.first_seed),
             layout=f.layout.label + (f"; {held}" if held else ""),
+            stack=stack_note(card, inputs.on(card).base_dtype, inputs.attention),
         )  # fmt: skip
         options.append((plan.total_hours, f, plan))
     hours, chosen, plan = min(options, key=lambda o: o[0])

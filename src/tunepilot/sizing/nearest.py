@@ -53,6 +53,15 @@ def _microbatch_one(c: Any) -> list[list[str]]:
     return [["training.microbatch=1", f"training.accumulation={t.microbatch * t.accumulation}"]]
 
 
+def _fp16(c: Any) -> list[list[str]]:
+    """fp16 for every source of bf16 compute: a bf16 autocast, a bf16 or 4-bit base (QLoRA
+    computes in bf16); an unset base already loads fp32 where a card has no bf16."""
+    out = ["training.precision=fp16"] if c.training.precision == "bf16" else []
+    if c.model.base_dtype in ("bf16", "nf4", "int8"):
+        out.append("model.base_dtype=fp16")
+    return [out] if out else []
+
+
 def _when(test: Callable[[Any], bool], *overrides: str) -> Callable[[Any], list[list[str]]]:
     return lambda c: [list(overrides)] if test(c) else []
 
@@ -70,12 +79,9 @@ CANDIDATES: list[Candidate] = [
     Candidate("training precision bf16", TRAINING_PHASES,
               _when(lambda c: c.training.precision == "fp32", "training.precision=bf16"),
               "other numerics: run it as a variant against the control (S3)"),
-    Candidate("training precision fp16 where the card has no bf16", PRECISION,
-              _when(lambda c: c.training.precision == "bf16", "training.precision=fp16"),
-              "fp16 needs loss scaling; other numerics: run it as a variant (S3)"),
-    Candidate("the base in fp16 where the card has no bf16", PRECISION,
-              _when(lambda c: c.model.base_dtype in (None, "bf16"), "model.base_dtype=fp16"),
-              "another base precision (P1): a variant, not the same experiment"),
+    Candidate("fp16 where the card has no bf16", PRECISION, _fp16,
+              "fp16 autocast needs loss scaling, an fp16 base is another base precision (P1): "
+              "other numerics, run it as a variant (S3)"),
     Candidate("a bf16 base", EVERY_PHASE,
               _when(lambda c: c.model.base_dtype == "fp32", "model.base_dtype=bf16"),
               "another base precision (P1): a variant, not the same experiment"),

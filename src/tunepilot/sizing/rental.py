@@ -73,6 +73,7 @@ class Workload:
     gpus: int
     repilot_seconds: float = 0.0
     commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    stack: str = ""  # what the re-pilot checks first on this card: backend, arch, versions
 
     @property
     def experiment_runs(self) -> int:
@@ -94,7 +95,8 @@ class Workload:
         rows = [
             ("re-pilot on this card", self.repilot_seconds / h,
              "every pilot gate again on the rented card and its software stack: start-up, "
-             "memory per phase, resume, export (B1); its measured step replaces these hours"),
+             "memory per phase, resume, export (B1); its measured step replaces these hours"
+             + (f"; stack to check and record (B2): {self.stack}" if self.stack else "")),
             ("initial control", (self.eval_seconds + run_s) / h,
              f"baseline evaluation of the starting model + 1 control run of "
              f"{self.updates_per_run} updates (H3)"),
@@ -202,6 +204,7 @@ def plan_rental(
     repilot_seconds: float = 0.0,
     commands: dict[str, tuple[str, ...]] | None = None,
     layout: str = "one GPU",
+    stack: str = "",
 ) -> RentalPlan:
     """The plan for a campaign of `n_variants` variants (control excluded) x `n_seeds` seeds,
     from the seconds per update, validation pass, checkpoint, resume and export on the card;
@@ -231,7 +234,7 @@ def plan_rental(
     work = Workload(
         seconds.update, updates_per_run, n_variants, n_seeds, seconds.eval_pass, evals_per_run,
         seconds.checkpoint, checkpoints_per_run, seconds.export, seconds.resume, final_evals,
-        gpus_in_package, repilot_seconds, dict(commands or {}),
+        gpus_in_package, repilot_seconds, dict(commands or {}), stack,
     )  # fmt: skip
     phases = work.phases()
     total = sum(p.hours for p in phases)

@@ -155,6 +155,7 @@ class SheetInputs:
     eval_batch: int = 32
     campaign_file: str = "campaign.yaml"
     first_seed: int = 0
+    attention: str | None = None  # model.attn_implementation
 
     @property
     def setting(self) -> Setting:
@@ -186,6 +187,7 @@ def sheet_inputs(campaign: Any, n_train: int, n_validation: int, base_dtype: str
         tuple(sorted(r.packages_days)), base_unset=campaign.model.base_dtype is None,
         eval_batch=t.eval_batch_size, campaign_file=campaign_file,
         first_seed=(list(campaign.seeds) or [0])[0],
+        attention=campaign.model.attn_implementation,
     )  # fmt: skip
 
 

@@ -30,6 +30,10 @@ def run_size(
     cards = load_catalog(catalog)
     names = gpus or ([ws.campaign.rental.gpu] if ws.campaign.rental.gpu else [])
     chosen = [cards.card(name) for name in names]  # a missing card is bad input, before work
+    from tunepilot.progress import start_line
+
+    start_line(f"size: dry run of {ws.campaign.model.name_or_path}'s step (each phase, 2 and 3 "
+               "blocks)")  # fmt: skip
     result = dry_run(ws)
     configured = ws.campaign.model.base_dtype
     by_base = {result.phases[0].inputs.get("base_dtype"): result}

@@ -229,9 +229,10 @@ def _measured_lengths(ws: Workspace, tokenizer_dir: Any, source: str) -> Lengths
                for mb in sampler.global_update(0, i)]  # the first epoch as training batches it
     padded = sum(len(mb) * max(train[i] for i in mb) for mb in batches)
     examples = sum(len(mb) for mb in batches)
+    mean = padded / examples if examples else max(train)  # no full microbatch: the longest
     evaluated = validation or train
-    return Lengths(max(train), max([*evaluated, *test]), padded / max(1, examples),
-                   sum(evaluated) / len(evaluated), source)  # fmt: skip
+    return Lengths(max(train), max([*evaluated, *test]), mean, sum(evaluated) / len(evaluated),
+                   source)  # fmt: skip
 
 
 def _within_positions(arch: ArchitectureConfig, length: int, key: str) -> None:
