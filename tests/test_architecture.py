@@ -22,6 +22,14 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 SRC = TESTS.parent / "src" / "tunepilot"
 MAX_LINES = 400
+# Modules that stay one file past MAX_LINES, each with the reason a split would break it. An
+# exempt module still has a ceiling: the exemption is for its job, not for growth.
+ONE_FILE = {
+    "deliver/bundle_check.py": "the reload check's child process also runs as a plain script "
+    "(`python bundle_check.py DIR`) on a machine without tunepilot, importing only the standard "
+    "library at import time: it has no package around it, so it cannot import a sibling module",
+}
+ONE_FILE_MAX_LINES = 600
 
 
 def _circles(graph) -> list[tuple[str, str]]:
@@ -58,7 +66,9 @@ def test_architecture_every_module_is_at_most_400_lines() -> None:
         for p in SRC.rglob("*.py")
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
-    assert over == {}
+    assert {k: n for k, n in over.items() if k not in ONE_FILE} == {}
+    assert {k: n for k, n in over.items() if n > ONE_FILE_MAX_LINES} == {}
+    assert [k for k in ONE_FILE if not (SRC / k).is_file()] == []  # no stale exemption
 
 
 # A bare number first (`test_17_`, `test_5b_`), or a number after issue/item/ticket/done
