@@ -119,5 +119,5 @@ def test_architecture_the_name_check_sees_planted_work_numbers(tmp_path) -> None
     body = "".join(f"def {name}():\n    pass\n\n" for name in planted + fine)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "test_planted.py").write_text(body, encoding="utf-8")
-    (tmp_path / "sub" / "helper.py").write_text("def test_1_not_a_test_file():\n    pass\n")
+    (tmp_path / "sub" / "helper.py").write_text("def test_issue_4_elsewhere():\n    pass\n")
     assert _numbered_tests(tmp_path) == [f"sub/test_planted.py::{name}" for name in planted]
