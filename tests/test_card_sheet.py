@@ -1,4 +1,4 @@
-"""The per-card sheet (issue 10 item 4; L1, S3, B3, B4) on hand-made dry runs of an 8B-shaped
+"""The per-card sheet (L1, L3, S3, B3, B4) on hand-made dry runs of an 8B-shaped
 LoRA step whose bytes and FLOPs are known exactly, so every number the sheet derives can be
 checked by hand: fit and headroom, the largest microbatch with and without activation
 checkpointing, the base dtypes that fit, DDP vs FSDP per GPU, hours from FLOPs, the package."""
@@ -117,7 +117,7 @@ def test_b4_ddp_vs_fsdp_bytes_per_gpu_on_a_multi_gpu_machine(sheet) -> None:
     assert row(s, "H100 80GB")["multi_gpu"] is None
 
 
-def test_item3_package_hours_come_from_the_dry_runs_flops_and_the_labelled_mfu(sheet) -> None:
+def test_l3_package_hours_come_from_the_dry_runs_flops_and_the_labelled_mfu(sheet) -> None:
     _, s = sheet
     pkg = row(s, "H100 80GB")["package"]
     update = 6 * PARAMS * 2 * LENGTH * 8 / (989.4e12 * CATALOG.assumed_mfu)

@@ -1,4 +1,4 @@
-"""Issue 10's done-when: `tunepilot plan` on the banking77 campaign pointed at the shipped
+"""`tunepilot plan` (L1, L3) on the banking77 campaign pointed at the shipped
 Llama-3-8B config prints, without a GPU and without a pilot, a per-card sheet and a 3/7/30-day
 package whose memory numbers are the dry run's and whose hours come from FLOPs and labelled
 assumptions."""
@@ -26,7 +26,7 @@ def banking77(tmp_path: Path, shared_data: Path) -> Path:
 
 
 @pytest.mark.slow  # seven dry runs of an 8B step (2 and 3 blocks each): ~30 s quiet, 90 s loaded
-def test_item6_plan_on_banking77_with_the_llama_3_8b_config_without_a_gpu(
+def test_l1_l3_plan_on_banking77_with_the_llama_3_8b_config_without_a_gpu(
     tmp_path: Path, shared_data: Path
 ) -> None:
     from tunepilot.data.workspace import Workspace
