@@ -1,4 +1,4 @@
-"""Is the dry run right? Its prediction vs the same step executed for real (issue 10, item 6).
+"""Is the dry run right? Its prediction vs the same step executed for real (S1).
 
     .venv/bin/python benchmarks/bench_dry_run_validate.py            # CPU: this machine
     .venv/bin/python benchmarks/bench_dry_run_validate.py --device cuda --base-dtype bf16

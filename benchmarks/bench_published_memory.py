@@ -1,5 +1,5 @@
-"""The dry run next to published memory figures for well-known fine-tuning setups (issue 10,
-item 6 "on paper"), printed as the markdown table kept in docs/sizing-validation.md.
+"""The dry run next to published memory figures for well-known fine-tuning setups (S1, on
+paper), printed as the markdown table kept in docs/sizing-validation.md.
 
     .venv/bin/python benchmarks/bench_published_memory.py [--only NAME]
 

@@ -27,7 +27,7 @@ def banking77(tmp_path: Path, shared_data: Path) -> Path:
 
 
 @pytest.mark.slow  # seven dry runs of an 8B step (2 and 3 blocks each): ~30 s quiet, 90 s loaded
-def test_item6_plan_on_banking77_with_the_llama_3_8b_config_without_a_gpu(
+def test_l1_l3_plan_on_banking77_with_the_llama_3_8b_config_without_a_gpu(
     tmp_path: Path, shared_data: Path
 ) -> None:
     from tunepilot.data.workspace import Workspace

@@ -61,12 +61,12 @@ def test_l3_a_users_own_mfu_replaces_the_calibrated_model_and_says_so(tmp_path) 
     assert "your own figure for the X1" in basis and seconds.spread == (1.0, 1.0)
 
 
-def test_item3_a_card_without_the_precision_gets_no_hours_and_says_why() -> None:
+def test_l3_a_card_without_the_precision_gets_no_hours_and_says_why() -> None:
     seconds, why = seconds_on(CATALOG.card("T4"), CATALOG, FLOPS, IO)
     assert seconds is None and "has no bf16" in why
 
 
-def test_item3_a_step_time_measured_on_a_cpu_is_never_used_for_a_gpu() -> None:
+def test_b1_a_step_time_measured_on_a_cpu_is_never_used_for_a_gpu() -> None:
     on_cpu = QUIET | {"device_type": "cpu"}
     seconds, basis = seconds_on(H100, CATALOG, FLOPS, IO, measured_on="cpu",
                                 measurements=on_cpu, pilot_id="p-1")  # fmt: skip
@@ -76,7 +76,7 @@ def test_item3_a_step_time_measured_on_a_cpu_is_never_used_for_a_gpu() -> None:
     assert none is None and "no dry run" in why
 
 
-def test_item3_a_pilot_on_the_card_replaces_the_calibrated_model_by_its_measurement() -> None:
+def test_l3_a_pilot_on_the_card_replaces_the_calibrated_model_by_its_measurement() -> None:
     seconds, basis = seconds_on(H100, CATALOG, FLOPS, IO, measured_on="H100 80GB",
                                 measurements=QUIET, pilot_id="p-7")  # fmt: skip
     assert seconds.measured and seconds.update == 3.0 and seconds.eval_pass == 60.0
@@ -87,7 +87,7 @@ def test_item3_a_pilot_on_the_card_replaces_the_calibrated_model_by_its_measurem
     assert not other.measured  # measured on another card: computed, never scaled
 
 
-def test_item3_a_loaded_machines_measurement_is_flagged_noisy_and_not_used() -> None:
+def test_s5_a_loaded_machines_measurement_is_flagged_noisy_and_not_used() -> None:
     loaded = QUIET | {"load_average": 40.0}
     assert "load average 40.0 above the 16 cores" in noise_of(loaded)
     seconds, basis = seconds_on(H100, CATALOG, FLOPS, IO, measured_on="H100 80GB",
@@ -103,7 +103,7 @@ def test_item3_a_loaded_machines_measurement_is_flagged_noisy_and_not_used() -> 
     assert noise_of(QUIET | {"step_cpu_seconds": 0.1}) is None
 
 
-def test_issue10_3_the_pilots_steady_step_flags_a_loaded_machines_timing_as_noisy(
+def test_s5_the_pilots_steady_step_flags_a_mocked_loaded_machines_timing_as_noisy(
     tmp_path, monkeypatch
 ) -> None:
     """The gate itself says when its step time was taken on a loaded machine, so neither the
@@ -128,7 +128,7 @@ def test_issue10_3_the_pilots_steady_step_flags_a_loaded_machines_timing_as_nois
     assert timing_flag(QUIET) == ""
 
 
-def test_issue10_3_an_update_is_never_faster_than_reading_the_weights_at_the_cards_bandwidth():
+def test_l3_an_update_is_never_faster_than_reading_the_weights_at_the_cards_bandwidth():
     """Small microbatches and every decoding step are memory-bound: the FLOPs time is floored
     by the bytes the card must read (datasheet bandwidth), and the basis says which is."""
     small = WorkFlops(per_update=1.0e12, per_eval_pass=1.0e12, precision="bf16")

@@ -149,7 +149,7 @@ def test_l3_several_gpus_run_variants_side_by_side_and_shorten_the_experiment() 
     assert "side by side" in next(p.sentence for p in four.phases if p.name == "experiment")
 
 
-def test_item5_a_plan_carries_one_basis_sentence_and_labels_computed_hours() -> None:
+def test_l3_a_plan_carries_one_basis_sentence_and_labels_computed_hours() -> None:
     computed = _plan(_seconds(measured=False))
     md = plan_markdown(computed)
     assert md.count("Basis:") == 1 and "computed, not measured" in md

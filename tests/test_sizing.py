@@ -80,7 +80,7 @@ def test_l1_holdout_error_warns_when_the_fit_misses() -> None:
     assert check.verdict is Verdict.WARN and "more grid points" in check.sentence
 
 
-def test_item5_holdout_verdict_is_on_the_activation_part_not_the_whole_peak() -> None:
+def test_l1_holdout_verdict_is_on_the_activation_part_not_the_whole_peak() -> None:
     # A 1 GB fixed part and a smaller activation part: the held-out point is 3.5% off the
     # whole peak but 25% off its activation part, the part that decides the microbatch.
     fixed, a = 1e9, 200_000.0
@@ -93,7 +93,7 @@ def test_item5_holdout_verdict_is_on_the_activation_part_not_the_whole_peak() ->
     assert check.to_json()["verdict"] == "WARN"
 
 
-def test_item5_flat_activations_give_cannot_validate_never_pass_zero() -> None:
+def test_l1_flat_activations_give_cannot_validate_never_pass_zero() -> None:
     # The tiny demo: six grid points, one byte count (RSS does not move), a 0 B x tokens fit.
     flat = [(mb, n, 512e6) for mb in (1, 2) for n in (32, 64, 128)]
     check = holdout_error(flat, holdout=(2, 128))
@@ -160,7 +160,7 @@ def test_s7_holding_updates_fixed_with_a_bigger_batch_changes_examples_seen() ->
 # --------------------------------------------------------------------------------------------
 
 
-def test_item3_shipped_catalog_gives_dense_peaks_bandwidth_and_a_datasheet_per_card() -> None:
+def test_l1_shipped_catalog_gives_dense_peaks_bandwidth_and_a_datasheet_per_card() -> None:
     catalog = load_catalog()
     names = {c.name for c in catalog.cards}
     assert {"T4", "L4", "A10", "RTX 4090", "A100 40GB", "A100 80GB", "H100 80GB"} <= names
@@ -192,7 +192,7 @@ def test_item3_shipped_catalog_gives_dense_peaks_bandwidth_and_a_datasheet_per_c
     assert "relative_speed" not in text and "ASSUMPTION" in text
 
 
-def test_item3_a_card_missing_from_the_catalog_names_the_file_and_the_fix(tmp_path: Path) -> None:
+def test_l1_a_card_missing_from_the_catalog_names_the_file_and_the_fix(tmp_path: Path) -> None:
     catalog = load_catalog()
     with pytest.raises(InputError) as err:
         catalog.card("H100 80G")
@@ -232,7 +232,7 @@ def test_l1_user_catalog_errors_name_the_key_and_the_line(tmp_path: Path) -> Non
     assert any(w.startswith(f"{path}:14 cards.1.peak_tflops") for w in wheres)
 
 
-def test_item3_user_catalog_with_package_or_hourly_prices(tmp_path: Path) -> None:
+def test_l1_l3_user_catalog_with_package_or_hourly_prices(tmp_path: Path) -> None:
     path = tmp_path / "gpus.yaml"
     path.write_text(
         "assumed_mfu: 0.4\nassumed_disk_gb_s: 2\ncards:\n"
