@@ -217,7 +217,7 @@ def test_r3_readme_has_the_plain_load_snippet_and_the_labels(classification_expo
     assert "import tunepilot" not in readme
 
 
-def test_issue12_4_readme_is_a_hub_model_card_huggingface_hub_parses_offline(
+def test_r3_readme_is_a_hub_model_card_huggingface_hub_parses_offline(
     classification_export,
 ) -> None:
     """The metadata block goes through huggingface_hub's own parser (ModelCard.load builds a

@@ -34,7 +34,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _emit(campaign: Path, card: str = "8x H100 80GB", nodes: int = 1) -> dict:
-    from tunepilot.pilot.plan import emit_skypilot
+    from tunepilot.sizing.launch import emit_skypilot
 
     ws = Workspace.open(campaign)
     path = emit_skypilot(ws, {"target": card, "sentence": "the 3-day package fits"}, None, nodes)
@@ -81,7 +81,7 @@ def test_l3_emitted_task_passes_skypilots_published_schemas(campaign: Path):
 
 def test_l3_emitted_task_loads_with_skypilots_own_loader(campaign: Path):
     sky = pytest.importorskip("sky", reason="SkyPilot not installed (pip install -e '.[launch]')")
-    from tunepilot.pilot.plan import emit_skypilot
+    from tunepilot.sizing.launch import emit_skypilot
 
     ws = Workspace.open(campaign)
     path = emit_skypilot(ws, {"target": "8x H100 80GB"}, None, 2)

@@ -1,4 +1,4 @@
-"""The bundle's README as the Hub reads it (issue 12, item 4), for a base that comes from the
+"""The bundle's README as the Hub reads it (R3, P4), for a base that comes from the
 Hub: base_model is the repo id and base_model_revision its commit, the metadata block passes
 huggingface_hub's own parsing and validation offline, the snippet names the bundle once, and a
 full fine-tune's card does not call itself an adapter.
@@ -45,7 +45,7 @@ def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cache
 
 
-def test_issue12_4_a_hub_base_card_names_the_repo_and_commit_and_validates_offline(
+def test_p4_r3_a_hub_base_card_names_the_repo_and_commit_and_validates_offline(
     tmp_path: Path, hub_cache: Path
 ) -> None:
     from huggingface_hub import ModelCard, ModelCardData
@@ -72,7 +72,7 @@ def test_issue12_4_a_hub_base_card_names_the_repo_and_commit_and_validates_offli
     assert str(tmp_path / "camp" / "base-model") not in card.content
 
 
-def test_issue12_4_a_full_fine_tune_card_is_a_transformers_model_not_an_adapter(
+def test_r3_a_full_fine_tune_card_is_a_transformers_model_not_an_adapter(
     tmp_path: Path, hub_cache: Path
 ) -> None:
     from huggingface_hub import ModelCard

@@ -70,6 +70,6 @@ def test_s1_size_says_what_it_is_doing_on_stderr_and_keeps_json_on_stdout(tmp_pa
     assert done.returncode == 0, done.stderr
     json.loads(done.stdout)
     lines = done.stderr.splitlines()
-    assert any("sizing base-model: its config" in line for line in lines)
+    assert any("size: dry run of base-model" in line for line in lines)
     assert any("dry run: microbatch 2 x" in line and "started" in line for line in lines)
     assert any("dry run: microbatch 2 x" in line and "done, 2/2 models" in line for line in lines)

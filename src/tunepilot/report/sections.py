@@ -260,7 +260,8 @@ def pilot(d: dict[str, Any]) -> str:
     html += "<h3>Rental plan (L3)</h3>"
     if not md:
         return html + missing("no plan.md in the pilot folder", cmd["plan"])
-    plan_md = next((v for k, v in parts.items() if k.startswith("Rental plan")), "")
+    plan_md = next((v for k, v in parts.items()  # a package, or why the card gets none
+                    if k.startswith(("Rental plan", "No rental plan"))), "")
     if not plan_md:  # the pilot measures; the per-card sheet and package come from the plan
         html += missing("the pilot measured this machine; no per-card sheet or package yet",
                         cmd["plan"])  # fmt: skip

@@ -33,7 +33,10 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tunepilot.data.workspace import Workspace
 
 RDZV_PORT = 29500  # torchrun's default master port, on the head node
 # Catalog card -> SkyPilot's accelerator name (`sky show-gpus` lists them); the count is
@@ -185,3 +188,40 @@ def package_phases(campaign: Any, card_name: str) -> list[LaunchPhase]:
         LaunchPhase("verify", (f'tunepilot verify "/campaign/exports/"{deliver}',)),
         LaunchPhase("report", ('tunepilot report "$CAMPAIGN"',)),
     ]
+
+
+def emit_skypilot(ws: Workspace, plan: dict[str, Any], catalog: Path | None, nodes: int) -> Path:
+    """Write `<campaign>/launch/skypilot.yaml` for the plan's card: the target, else the
+    recommendation (L3). No card that fits is bad input: there is nothing to launch."""
+    from tunepilot import __version__
+    from tunepilot.console import error_console
+    from tunepilot.errors import input_error, write_text_atomic
+    from tunepilot.sizing.catalog import load_catalog
+
+    name = plan.get("target") or plan.get("recommendation")
+    if plan.get("fits") is False:
+        raise input_error("--emit skypilot", f"the {name or 'planned card'} does not fit this "
+                          "campaign (see the nearest change above)",
+                          "apply the nearest change, or pass --gpu with a card that fits")
+    if not name:
+        raise input_error("--emit skypilot", "no card of the catalog fits this campaign",
+                          "pass --gpu with a card that fits (see the sheet above)")  # fmt: skip
+    card = load_catalog(catalog).card(name)
+    task = skypilot_task(
+        campaign_name=ws.campaign.name, campaign_folder=ws.root.resolve(),
+        campaign_file=ws.campaign_file.name, card_name=card.name, gpus=card.gpus, nodes=nodes,
+        phases=package_phases(ws.campaign, card.name), version=__version__,
+        source=source_tree(),
+    )  # fmt: skip
+    header = [f"SkyPilot task for the campaign {ws.campaign.name}, written by `tunepilot plan "
+              f"--emit skypilot` for {nodes} x {card.name}.",
+              f"Launch:  sky jobs launch {ws.root / 'launch' / 'skypilot.yaml'}",
+              "A managed job restarts a preempted instance; the phases done are skipped and a",
+              "run continues from its newest checkpoint (the campaign folder lives on the",
+              "bucket below). Plan: " + str(plan.get("sentence", "")), ""]  # fmt: skip
+    path = ws.root / "launch" / "skypilot.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, task_yaml(task, header))
+    error_console.print(f"launcher job written: {path} (sky jobs launch {path})",
+                        highlight=False, soft_wrap=True)  # fmt: skip
+    return path
