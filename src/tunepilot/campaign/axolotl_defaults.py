@@ -22,10 +22,16 @@ train_on_inputs false) are left to the schema, said once there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from tunepilot.campaign.axolotl import Conversion
+
+class Conversion(Protocol):
+    """What these defaults write into: `axolotl.Conversion` (kept apart so neither module
+    imports the other back)."""
+
+    unknown: list[str]
+
+    def put(self, dotted: str, value: Any, origin: str) -> None: ...
 
 # axolotl key -> (campaign key, Axolotl's value when the key is absent or null)
 PLAIN_DEFAULTS: dict[str, tuple[str, Any]] = {
