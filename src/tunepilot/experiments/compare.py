@@ -284,7 +284,8 @@ def _interval(ledger: Any, task: str, control: VariantResult, v: VariantResult,
 
 
 def compare_command(ws: Any, as_json: bool) -> int:
-    """`tunepilot compare`: the table, the decision, and <campaign>/comparison.json.
+    """`tunepilot compare`: the table, the decision (kept in the ledger, decision_record.py),
+    and <campaign>/comparison.json, its latest view.
 
     Exit 0 with a decision whose configuration passes its guards (keeping a sound control is
     one), 1 when the configuration the decision ends on fails a guard (the kept control fails,
@@ -292,17 +293,23 @@ def compare_command(ws: Any, as_json: bool) -> int:
     """
     from tunepilot.console import console, print_json
     from tunepilot.errors import write_json_atomic
+    from tunepilot.experiments.decision_record import decided
 
-    cmp = compare_campaign(ws)
+    cmp, record, new = decided(ws)  # every decision is kept in the ledger's notebook (L4)
     payload = cmp.to_json()
-    if cmp.comparable:
-        write_json_atomic(ws.root / "comparison.json", payload)
+    if record is not None:
+        payload["decision_record"] = record.to_json() | {"new": new}
+        write_json_atomic(ws.root / "comparison.json", payload)  # the latest view of it
     if as_json:
         print_json(payload)
     else:
         _print(cmp, console)
-        if cmp.comparable:
-            console.print(f"[dim]written to {ws.root / 'comparison.json'}[/]")
+        if record is not None:
+            kept = (f"decision #{record.id} recorded in the notebook" if new else
+                    f"the same evidence and conclusion as decision #{record.id}: nothing new "
+                    "recorded")  # fmt: skip
+            console.print(f"[dim]{kept} (evidence sha256 {record.evidence_sha256[:16]}); "
+                          f"written to {ws.root / 'comparison.json'}[/]")  # fmt: skip
     if not cmp.comparable:
         return 2
     return 1 if ending_fails_guards(cmp) else 0
