@@ -10,8 +10,8 @@ import json
 import sqlite3
 
 import pytest
-from test_compare import CAMPAIGN, add_baseline, add_run, wrong_on  # noqa: F401  (fixture below)
 
+from test_compare import CAMPAIGN, add_baseline, add_run, wrong_on
 from tunepilot.data.workspace import Workspace
 from tunepilot.experiments.compare import compare_command
 from tunepilot.ledger import Ledger

@@ -96,7 +96,7 @@ def bundle_comparison(ws: Any, run_id: str) -> dict[str, Any]:
         return out | {"decision": None, "why": cmp.decision}
     body = decision.body
     variants = {v["name"]: v for v in body["variants"]}
-    mine, control = variants.get(row.variant), variants.get(CONTROL)
+    mine = variants.get(row.variant)
     out |= {
         "decision": decision.to_json(),
         "metric": body["metric"],

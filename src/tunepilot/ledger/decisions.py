@@ -38,7 +38,8 @@ class Decision:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "at": self.at, "evidence_sha256": self.evidence_sha256,
-                "adopted": self.adopted, "decision": self.decision, "note_id": self.note_id}  # fmt: skip
+                "adopted": self.adopted, "decision": self.decision,
+                "note_id": self.note_id}  # fmt: skip
 
 
 class DecisionRecords(LedgerPart):
