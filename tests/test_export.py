@@ -210,7 +210,7 @@ def test_r3_readme_has_the_plain_load_snippet_and_the_labels(classification_expo
     _, _, bundle = classification_export
     readme = (bundle / "README.md").read_text()
     assert "AutoModelForSequenceClassification.from_pretrained(" in readme
-    assert f"bundle = {str(bundle)!r}  # this folder, or its Hub repo id once pushed" in readme
+    assert f"bundle = {bundle.name!r}  # this folder, or its Hub repo id once pushed" in readme
     assert "PeftModel.from_pretrained(base, bundle)" in readme
     assert "0: billing, 1: returns, 2: shipping" in readme
     assert "tunepilot verify" in readme
