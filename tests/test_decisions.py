@@ -109,8 +109,8 @@ def test_l5_the_bundle_carries_the_decision_and_the_run_against_control_and_base
     its card hold the decision that stands, intervals against the control and the baseline,
     every seed's value and each run's line."""
     import yaml
-    from test_export import train_run, write_campaign
 
+    from test_export import train_run, write_campaign
     from tunepilot.deliver.export import export_run
     from tunepilot.experiments.runner import Session, execute_run
     from tunepilot.ledger import BASELINE, Prediction
