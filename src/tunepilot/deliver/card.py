@@ -13,56 +13,26 @@ carries its 95% bootstrap interval over the examples (the same resampling `compa
 the metric's display name and in the Results list.
 
 User text (class names, the behaviour, file and dataset names, audit sentences) reaches a
-page rendered as Markdown with HTML: every such string goes through `escape`, and code
-blocks through `fenced`, so none of it can become a tag, an image or a link.
+page rendered as Markdown with HTML: every such string goes through `escape` (or `code`, a
+code span), and code blocks through `fenced` (markdown.py), so none of it can become a tag, an
+image or a link.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tunepilot.campaign import CLASSIFICATION_TASKS, Campaign
+from tunepilot.deliver.markdown import code, escape, fenced
+
+__all__ = ["code", "escape", "fenced", "model_card"]  # the escapers, for every card writer
 
 PIPELINE_TAG = {"classification": "text-classification", "causal_lm": "text-generation",
                 "image_classification": "image-classification"}
 SMALL_VALIDATION = 200  # below this many examples one example moves accuracy by > 0.5 points
-_ESCAPED = {c: "\\" + c for c in "\\`*_[]!|#~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
-
-
-def escape(text: Any, line_start: bool = False) -> str:
-    """`text` as literal Markdown inline text: one line (no heading, list or fence can
-    start), HTML's `<`, `>`, `&` as entities, and the characters that make emphasis, code,
-    links, images and table cells backslash-escaped. `line_start`: the text begins a line,
-    so a leading `-`, `+`, `=` or `1.` is escaped too. The one escaper for every user string."""
-    flat = "".join(ch for ch in " ".join(str(text).split()) if ch.isprintable())
-    out = "".join(_ESCAPED.get(ch, ch) for ch in flat)
-    if not line_start:
-        return out
-    if out[:1] in ("-", "+", "="):
-        out = "\\" + out
-    return re.sub(r"^(\d+)([.)])", r"\1\\\2", out)
-
-
-def code(text: Any) -> str:
-    """`text` as an inline code span it cannot close: one line, delimited by more backticks
-    than any run inside it. A code span shows its content literally (no markup, no HTML)."""
-    flat = "".join(ch for ch in " ".join(str(text).split()) if ch.isprintable())
-    longest = max((len(m) for m in re.findall(r"`+", flat)), default=0)
-    ticks = "`" * (longest + 1)
-    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
-    return f"{ticks}{pad}{flat}{pad}{ticks}"
-
-
-def fenced(code: str, info: str = "") -> str:
-    """A fenced code block that `code` cannot close: the fence is longer than any run of
-    backticks inside it (CommonMark)."""
-    longest = max((len(m) for m in re.findall(r"`+", code)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{info}\n{code}\n{fence}"
 
 
 @dataclass

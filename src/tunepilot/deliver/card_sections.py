@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tunepilot.campaign import Campaign
-from tunepilot.deliver.card import CardMetric, code, escape, fenced
+from tunepilot.deliver.markdown import code, escape, fenced
 
 FRAMEWORKS = (("peft", "PEFT"), ("transformers", "Transformers"), ("torch", "PyTorch"),
               ("tokenizers", "Tokenizers"), ("safetensors", "Safetensors"),
@@ -164,8 +164,8 @@ def procedure(training: dict[str, Any], curve: list[dict[str, Any]]) -> str:
     return html
 
 
-def evaluation(spec: dict[str, Any], cards: list[CardMetric], test: dict[str, Any] | None,
-               test_cards: list[CardMetric], looks: int) -> str:  # fmt: skip
+def evaluation(spec: dict[str, Any], cards: list[Any], test: dict[str, Any] | None,
+               test_cards: list[Any], looks: int) -> str:  # fmt: skip
     results = "\n".join(f"- {m.name}: {m.shown()}" for m in cards) or "- no validation metric"
     html = (f"## Evaluation\n\n### Validation\n\nData version {code(spec['data_version'])}, "
             f"the split kept apart from training (raw numbers in `metrics.json`):\n\n{results}")

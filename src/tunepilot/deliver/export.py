@@ -201,8 +201,8 @@ def gather_card_facts(
 ) -> Any:  # fmt: skip
     """What the card states beyond the metrics, and the bundle's comparison.json (L5)."""
     from tunepilot.deliver import card_facts as cf
+    from tunepilot.deliver.comparison import bundle_comparison
     from tunepilot.experiments.compare import HEADLINES
-    from tunepilot.experiments.decision_record import bundle_comparison
 
     facts = cf.CardFacts(
         data=cf.data_facts(ws, campaign, row.data_version),
