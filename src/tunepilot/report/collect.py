@@ -291,6 +291,8 @@ def _pilot(ws: Workspace) -> dict[str, Any]:
         if isinstance(r, dict):
             rows.append({k: r.get(k) for k in ("number", "phase", "inputs", "memory", "duration_s",
                                                "verdict", "sentence", "requirement")})  # fmt: skip
+            if r.get("phase") == "replicas":  # one row per rank per phase (S5)
+                rows[-1]["ranks"] = (r.get("details") or {}).get("rows") or []
     try:
         plan_md = (latest / "plan.md").read_text(encoding="utf-8")
     except OSError:
