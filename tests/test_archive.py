@@ -176,3 +176,33 @@ def test_l4_r4_a_changed_byte_or_another_archive_restores_nothing(
     assert (tmp_path / "z" / "data.jsonl").read_text() == (root / "data.jsonl").read_text()
     with pytest.raises(InputError, match="not an empty folder"):
         restore_archive(tmp_path / "a.tar.gz", tmp_path / "z")
+
+
+@pytest.mark.parametrize("member", ["campaign/../escaped.txt", "/etc/escaped.txt", "link"])
+def test_r4_a_member_outside_campaign_or_a_link_restores_nothing(tmp_path: Path, member: str):
+    """A hand-made archive whose manifest vouches for a path out of the folder, or a link."""
+    import hashlib
+    import io
+    import tarfile
+
+    from tunepilot.deliver.archive import FORMAT, MANIFEST
+    from tunepilot.deliver.restore import restore_archive
+
+    data = b"not yours\n"
+    path = tmp_path / "crafted.tar"
+    with tarfile.open(path, "w") as tar:
+        info = tarfile.TarInfo(member if member != "link" else "campaign/link")
+        if member == "link":
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        else:
+            info.size = len(data)
+        tar.addfile(info, None if member == "link" else io.BytesIO(data))
+        listed = member.removeprefix("campaign/")
+        manifest = json.dumps({"format": FORMAT, "files": {listed: {
+            "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}}}).encode()
+        info = tarfile.TarInfo(MANIFEST)
+        info.size = len(manifest)
+        tar.addfile(info, io.BytesIO(manifest))
+    with pytest.raises(InputError, match="is not a file under campaign/"):
+        restore_archive(path, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "escaped.txt").exists()

@@ -58,6 +58,10 @@ def read_manifest(tar: tarfile.TarFile, archive: Path, expect: str | None) -> di
         raise _damaged(archive, f"{MANIFEST} is not JSON") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise _damaged(archive, f"{MANIFEST} is not a {FORMAT} manifest")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("bytes"), int) for v in files.values()):
+        raise _damaged(archive, f"{MANIFEST} lists its files in another shape than {FORMAT}'s")
     manifest["manifest_sha256"] = digest
     return manifest
 
@@ -130,7 +134,13 @@ def _unpack(archive: Path, into: Path, expect: str | None) -> dict[str, Any]:
                 why = "a second copy of" if rel in seen else "a file the manifest does not list:"
                 raise _damaged(archive, f"{why} {rel}")
             seen.add(rel)
-            digest, size = _extract(tar, member, into / rel)
+            if member.size != entry["bytes"]:  # refused before a byte is written
+                raise _damaged(archive, f"{rel} holds {member.size:,} bytes; the manifest "
+                               f"records {entry['bytes']:,}")  # fmt: skip
+            try:
+                digest, size = _extract(tar, member, into / rel)
+            except (FileExistsError, NotADirectoryError, IsADirectoryError):
+                raise _damaged(archive, f"{rel} collides with another member's folder") from None
             if (digest, size) != (entry.get("sha256"), entry.get("bytes")):
                 problems.append(Problem(f"{archive}: {rel}", f"sha256 {digest[:16]}..., "
                                         f"{size:,} bytes; the manifest records "
