@@ -300,9 +300,16 @@ def test_r2_verify_command_exit_codes_and_json(classification, copy: Path, capsy
 
 
 def test_r3_the_readme_snippet_alone_reproduces_the_control_logits(classification) -> None:
-    """The README's code, run by a bare interpreter (no tunepilot import), gives the logits."""
-    _, bundle, _ = classification
+    """The README's code, run by a bare interpreter (no tunepilot import), gives the logits.
+    The card names no path of the exporting machine: the colleague runs it beside the bundle
+    folder and their copy of the local base, under the name the card gives it."""
+    import tempfile
+
+    ws, bundle, _ = classification
     readme = (bundle / "README.md").read_text()
+    beside = Path(tempfile.mkdtemp())
+    (beside / bundle.name).symlink_to(bundle, target_is_directory=True)
+    (beside / ws.campaign.model.name_or_path).symlink_to(ws.model_source.path)
     snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
     probe = (
         "import json, torch\n"
@@ -312,7 +319,8 @@ def test_r3_the_readme_snippet_alone_reproduces_the_control_logits(classificatio
         "import sys; print(sorted(m for m in sys.modules if m.startswith('tunepilot')))\n"
     )
     done = subprocess.run([sys.executable, "-P", "-c", snippet + probe], capture_output=True,
-                          text=True, timeout=300, cwd=bundle.parent)  # fmt: skip
+                          text=True, timeout=300, cwd=beside)  # fmt: skip
+    shutil.rmtree(beside)
     assert done.returncode == 0, done.stderr[-2000:]
     *_, logits_line, modules_line = done.stdout.strip().splitlines()
     expected = json.loads((bundle / "control.json").read_text())["inputs"][0]["logits"]
