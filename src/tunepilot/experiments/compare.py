@@ -320,7 +320,7 @@ def compare_command(ws: Any, as_json: bool) -> int:
     if as_json:
         print_json(payload)
     else:
-        print_comparison(cmp, console)
+        print_comparison(cmp, console, HEADLINES[cmp.task])
         if record is not None:
             kept = (f"decision #{record.id} recorded in the notebook" if new else
                     f"the same evidence and conclusion as decision #{record.id}: nothing new "

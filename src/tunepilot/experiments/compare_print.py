@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from tunepilot.campaign.variants import CONTROL
-from tunepilot.experiments.compare import HEADLINES, Comparison
 from tunepilot.experiments.compare_stats import LEVEL
 from tunepilot.verdict import Verdict
 
@@ -23,13 +22,14 @@ def _seeds(seeds: list[int]) -> str:
     return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
 
 
-def print_comparison(cmp: Comparison, console: Any) -> None:
+def print_comparison(cmp: Any, console: Any, metrics: tuple[str, ...]) -> None:
+    """`cmp` is compare.Comparison (not imported: compare imports this module); `metrics`
+    the task's headline columns."""
     from rich.panel import Panel
     from rich.table import Table
 
     from tunepilot.console import findings_table
 
-    metrics = HEADLINES[cmp.task]
     table = Table(title=f"{cmp.campaign}: variants vs control (mean ± std over each one's "
                         "seeds; Δ paired, on the seeds both ran: V6)")
     for col in ("variant", "seeds", *metrics, f"Δ {cmp.metric} vs control [{LEVEL:.0%} CI], p",
