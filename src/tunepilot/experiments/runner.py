@@ -210,8 +210,12 @@ def execute_run(
     stop_after: int | None = None,
     progress: bool | None = None,
     from_step: int | None = None,
+    place: str = "",
 ) -> RunOutcome:
     """Train one variant x seed (or resume one) and record everything in the ledger.
+
+    `place` ("run 2 of 6") goes in front of the progress line, so a person watching a sweep
+    knows how far it is.
 
     `from_step` resumes from that checkpoint instead of the newest one that verifies. A
     refusal (bad input, a checkpoint that does not verify) or a storage fault leaves the run
@@ -277,7 +281,7 @@ def execute_run(
                 model, encoded.train, campaign.training, run_dir, kind=model_kind(campaign),
                 pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point, resume=resume_from,
                 on_update=on_update, progress=progress, stop_after=stop_after, stop=stop,
-                label=f"training {run_id}", phases=phases,
+                label=f"{place + ': ' if place else ''}training {run_id}", phases=phases,
                 sinks=trackers_for(ws, campaign, run_id, variant, seed, data_version),
             )  # fmt: skip
     except KeyboardInterrupt:
