@@ -239,6 +239,11 @@ class StopCauses(Strict):
     wall_clock_minutes: float | None = Field(default=None, gt=0)
 
 
+OptimizerName = Literal[
+    "adamw", "adamw_bf16_states", "adamw_8bit", "paged_adamw_8bit", "sgd", "adafactor"
+]
+
+
 class Distributed(Strict):
     strategy: Literal["none", "ddp", "fsdp"] = "none"
     nproc: int = Field(default=1, ge=1)
@@ -255,6 +260,30 @@ class TrainingSettings(Strict):
     max_grad_norm: float | None = Field(default=1.0, gt=0)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     activation_checkpointing: bool = False
+    weights_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description="dtype of the trained weights (LoRA, modules_to_save, every weight of a "
+        "full fine-tune) and so of their gradients: bf16 is pure bf16 training (torchtune's "
+        "default); fp32 keeps updates smaller than a bf16 ulp.",
+    )
+    optimizer: OptimizerName = Field(
+        default="adamw",
+        description="adamw (torch; state in the weights' dtype, fused on CUDA), "
+        "adamw_bf16_states (torch AdamW, moments kept in bf16), adamw_8bit and "
+        "paged_adamw_8bit (bitsandbytes, CUDA only; paged state lives in CUDA unified memory), "
+        "sgd (momentum 0.9), adafactor (torch).",
+    )
+    optimizer_in_backward: bool = Field(
+        default=False,
+        description="Step each parameter in its post-accumulate-grad hook and free its "
+        "gradient at once (torch's documented pattern): no full set of gradients is ever held. "
+        "Needs accumulation 1, max_grad_norm null and one process.",
+    )
+    tf32: bool = Field(
+        default=True,
+        description="On CUDA, fp32 matmuls and convolutions use TF32 tensor cores "
+        "(torch.backends.cuda.matmul.allow_tf32, cudnn.allow_tf32); recorded in env.json.",
+    )
     seed: Seed = 0
     eval_every: int = Field(default=50, ge=1, description="Updates between validation points.")
     eval_batch_size: int = Field(default=32, ge=1)
@@ -271,6 +300,16 @@ class TrainingSettings(Strict):
     max_new_tokens: int = Field(
         default=64, ge=1, le=2**20, description="Generation budget at evaluation."
     )
+
+    @model_validator(mode="after")
+    def _optimizer_fits_the_step(self) -> TrainingSettings:
+        """Combinations that cannot train as asked (S2, S3), refused with the fix."""
+        from tunepilot.campaign.optimizer_rules import optimizer_problems
+
+        problems = optimizer_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 # --------------------------------------------------------------------------------------------

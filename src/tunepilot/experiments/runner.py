@@ -105,7 +105,7 @@ class Session:
             self.ws.model_source, kind, campaign.model, encoded.prepared.label_names or None,
             pad_token_id=getattr(self.ws.tokenizer, "pad_token_id", None),
         )  # fmt: skip
-        model = apply_method(loaded, campaign.model)
+        model = apply_method(loaded, campaign.model, campaign.training.weights_dtype)
         # PEFT writes the base's path into every checkpoint's adapter_config.json and card: the
         # campaign's own name for it (a hub id, or a path relative to the campaign folder), so a
         # copied folder holds no path into the original.

@@ -7,7 +7,8 @@ fp32 on CPU (bit-identical to earlier runs), bf16 on a CUDA GPU that has bf16. `
 `BitsAndBytesConfig` (the QLoRA recipe: nf4, double quantization, bf16 compute); that
 training needs CUDA, so elsewhere it is refused with the way forward (`tunepilot size` still
 sizes it). Whatever the base, trained weights (LoRA, modules_to_save, full fine-tuning) are
-kept in fp32: AdamW updates smaller than a bf16 ulp would otherwise vanish.
+kept in `training.weights_dtype`: fp32 by default (AdamW updates smaller than a bf16 ulp would
+otherwise vanish), bf16 for pure bf16 training.
 """
 
 from __future__ import annotations
@@ -87,19 +88,24 @@ def require_quantization_backend(name: str, device_type: str | None = None) -> N
     )
 
 
-def keep_trainable_fp32(model: Any) -> list[str]:
-    """Cast every trainable parameter that is not fp32 to fp32, in place; notes say which."""
+def keep_trainable_in(model: Any, weights_dtype: str = "fp32") -> list[str]:
+    """Cast every trainable parameter to `training.weights_dtype` (fp32 or bf16), in place;
+    notes say which. fp32 is the default: AdamW updates smaller than a bf16 ulp would vanish.
+    bf16 is pure bf16 training (the trained weights, their gradients and torch AdamW's state
+    in bf16), the recipe torchtune's full fine-tunes use."""
     import torch
 
+    dtype = torch_dtype(weights_dtype)
     moved = []
     for name, param in model.named_parameters():
-        if param.requires_grad and param.dtype != torch.float32:
-            param.data = param.data.to(torch.float32)
+        if param.requires_grad and param.dtype != dtype:
+            param.data = param.data.to(dtype)
             moved.append(name)
     if not moved:
         return []
-    return [f"{len(moved)} trainable tensors kept in fp32 over a lower-precision base "
-            f"(e.g. {moved[0]})"]  # fmt: skip
+    why = ("over a lower-precision base" if weights_dtype == "fp32"
+           else "(training.weights_dtype=bf16)")  # fmt: skip
+    return [f"{len(moved)} trainable tensors kept in {weights_dtype} {why} (e.g. {moved[0]})"]
 
 
 def low_precision_base(model: Any) -> Any:

@@ -300,15 +300,18 @@ def _loaded(
                        base_dtype)  # fmt: skip
 
 
-def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
+def apply_method(
+    loaded: LoadedModel, settings: ModelSettings, weights_dtype: str = "fp32"
+) -> Any:
     """Full fine-tuning (every parameter trainable) or LoRA (peft), checked before and after.
 
     Raises SetupFailure when a target pattern matches nothing or a new head stays frozen. LoRA
     injects its layers into `loaded.model` in place, so after a SetupFailure load again.
     Over an nf4/int8 base, peft's `prepare_model_for_kbit_training` runs first, as peft
-    documents for QLoRA; trained weights end in fp32 whatever `model.base_dtype` is.
+    documents for QLoRA; trained weights end in `weights_dtype` (training.weights_dtype)
+    whatever `model.base_dtype` is.
     """
-    from tunepilot.model.base_dtype import bridge_trained_modules, keep_trainable_fp32
+    from tunepilot.model.base_dtype import bridge_trained_modules, keep_trainable_in
 
     model = loaded.model
     if getattr(model, "is_quantized", False):
@@ -345,7 +348,7 @@ def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
     head_check = check_new_head_trainable(model, loaded.new_keys)
     if head_check.verdict is Verdict.FAIL:
         raise SetupFailure(head_check, "model.lora.modules_to_save")
-    loaded.notes += keep_trainable_fp32(model)
+    loaded.notes += keep_trainable_in(model, weights_dtype)
     loaded.notes += bridge_trained_modules(model)
     return model
 

@@ -119,6 +119,29 @@ def broadcast_text(text: str | None, ctx: DistContext) -> str:
     return bytes(buffer.cpu().tolist()).decode("utf-8")
 
 
+def all_reduce_value(value: float, world_size: int) -> float:
+    """`value` summed over the group's ranks (itself in one process), through a CPU tensor."""
+    if world_size == 1:
+        return value
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return float(tensor.item())
+
+
+def all_reduce_grads(params: list[Any]) -> None:
+    """Sum gradients over replicas (a model that DDP or FSDP does not sync itself); the loss is already divided by the global count."""
+    import torch
+    import torch.distributed as dist
+
+    for p in params:
+        if p.grad is None:  # a rank without a share of a partial update still joins in
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+
+
 def barrier() -> None:
     import torch.distributed as dist
 

@@ -43,8 +43,6 @@ from tunepilot.train.batching import (  # backward_update: re-exported for the p
     Kind,
     UpdateSampler,
     backward_update,
-    collate,
-    count_targets,
 )
 from tunepilot.train.checkpoint import (
     check_identity,
@@ -55,8 +53,9 @@ from tunepilot.train.checkpoint import (
     step_folder,
     unwrap,
 )
-from tunepilot.train.distributed import is_fully_sharded
-from tunepilot.train.optimizer import build_optimizer
+from tunepilot.train.distributed import all_reduce_grads, all_reduce_value, is_fully_sharded
+from tunepilot.train.feed import UpdateFeed
+from tunepilot.train.optimizer import build_optimizer, host_values, update_norm
 from tunepilot.train.precision import autocast_and_scaler
 from tunepilot.train.records import Records, RecordSink
 from tunepilot.train.resume_point import load_resumable, set_aside_newer
@@ -197,6 +196,7 @@ def train(
     last_loss: float | None = None
     update_seconds: list[float] = []
     bar = Progress(label, total, "updates", done=done, show=rank == 0 and progress is not False)
+    feed = UpdateFeed(sampler, train_data, kind, pad_id, device)
     schedule = CheckpointSchedule(settings.checkpoint_every)
 
     def elapsed() -> float:
@@ -217,7 +217,7 @@ def train(
         }  # fmt: skip
         keep, tick = settings.keep_last_checkpoints, time.perf_counter()
         save = save_gathered_checkpoint if is_fsdp else save_checkpoint
-        saved = save(run_dir, done, model, optimizer, sampler.state_dict(), extra, keep, generators)
+        saved = save(run_dir, done, model, optimizer, feed.state_dict(), extra, keep, generators)
         schedule.saved(time.perf_counter() - tick)
         return saved
 
@@ -232,16 +232,11 @@ def train(
         signals.__enter__()
         while done < total:
             tick = time.perf_counter()
-            batch = sampler.next_update()
-            microbatches = [
-                {k: v.to(device) for k, v in collate([train_data[i] for i in ids], kind,
-                                                      pad_id).items()}
-                for ids in batch.microbatches or [batch.ghost or []]
-            ]  # fmt: skip
+            fed = feed.next()  # collated on the host, targets counted there (feed.py)
+            batch, microbatches = fed.batch, fed.microbatches
 
             # 1. Count the whole update's targets, on all ranks, before any forward (S2).
-            mine = sum(count_targets(m, kind) for m in microbatches) if batch.microbatches else 0
-            targets = int(_all_reduce(float(mine), world_size))
+            targets = int(all_reduce_value(float(fed.targets), world_size))
             if targets == 0:
                 raise input_error(
                     f"update {done + 1}", "no position carries loss in this update",
@@ -251,43 +246,50 @@ def train(
 
             # 2. Forward and backward every microbatch; gradients add up in .grad. DDP and
             # FSDP average over ranks themselves, so their normaliser is the per-rank share.
+            # The lr is set first: with the step in backward each parameter steps in there.
+            lr = lr_at(done, settings, total)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
             loss_sum = backward_update(
                 model, microbatches, kind, targets / world_size if syncs_itself else targets,
                 autocast=autocast, scaler=scaler, is_ddp=is_ddp,
                 weight=1.0 if batch.microbatches else 0.0,
             )  # fmt: skip
             if world_size > 1 and not syncs_itself:
-                _all_reduce_grads(params)
-            loss = _all_reduce(float(loss_sum), world_size) / targets
+                all_reduce_grads(params)
             if scaler is not None:
                 scaler.unscale_(optimizer)  # once per update, so clipping sees true gradients
-            norm = torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm or math.inf)
+            norm_tensor = update_norm(optimizer, params, settings.max_grad_norm)
+            if done + 1 < total:
+                feed.prefetch()  # the next update's host work overlaps the device's
+            loss_sum, norm = host_values(loss_sum, norm_tensor)  # the update's one host sync
+            loss = all_reduce_value(loss_sum, world_size) / targets
             record: dict[str, Any] = {
-                "update": done + 1, "loss": loss, "lr": lr_at(done, settings, total),
-                "grad_norm": float(norm), "loss_tokens": targets,
+                "update": done + 1, "loss": loss, "lr": lr,
+                "grad_norm": norm, "loss_tokens": targets,
                 "examples": batch.update_examples,
                 "examples_seen": examples_seen + batch.update_examples,
                 "epoch": round(batch.epoch + (batch.index + 1) / plan.updates_per_epoch, 4),
             }  # fmt: skip
 
             # 3. Stop causes that refuse this update: it is not applied, its line is kept.
-            if not math.isfinite(loss) or (scaler is None and not math.isfinite(float(norm))):
+            if not math.isfinite(loss) or (scaler is None and not math.isfinite(norm)):
                 status = "diverged"
-                reason = f"update {done + 1}: loss {loss}, gradient norm {float(norm)}"
+                reason = f"update {done + 1}: loss {loss}, gradient norm {norm}"
             elif settings.stop.max_loss is not None and loss > settings.stop.max_loss:
                 status = "stopped_loss_bound"
                 reason = f"update {done + 1}: loss {loss:.4g} > stop.max_loss"
             if status != "completed":
-                reason += "; the update was not applied"
+                reason += ("; the update was already applied in backward "
+                           "(training.optimizer_in_backward)" if settings.optimizer_in_backward
+                           else "; the update was not applied")  # fmt: skip
                 record.update(stopped=status, seconds=round(elapsed(), 3))
                 records.update(record)
                 optimizer.zero_grad(set_to_none=True)
                 break
 
-            # 4. Apply it at this update's lr (a pure function of the index: resume needs
-            # nothing else).
-            for group in optimizer.param_groups:
-                group["lr"] = record["lr"]
+            # 4. Apply it at this update's lr, set above (a pure function of the index: resume
+            # needs nothing else).
             if scaler is not None:
                 scale = scaler.get_scale()
                 scaler.step(optimizer)  # skipped when fp16 gradients overflowed
@@ -297,8 +299,8 @@ def train(
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             done, examples_seen, last_loss = done + 1, examples_seen + batch.update_examples, loss
-            if device.type == "cuda":
-                torch.cuda.synchronize()  # the clock must see the work, not its launch
+            # No device sync for the clock: on CUDA the time from one update's host sync to
+            # the next is the device's, the optimizer step landing in the next update's span.
             update_seconds.append(time.perf_counter() - tick)
             record.update(seconds=round(elapsed(), 3), update_seconds=round(update_seconds[-1], 4))
             records.update(record)
@@ -310,19 +312,19 @@ def train(
             # automatic schedule reads the clock, so replicas decide together.
             if evaluate is not None and joins and done % settings.eval_every == 0:
                 _evaluate(model, evaluate, records, done)
-            if _all_reduce(float(schedule.due(done, update_seconds[-1])), world_size):
+            if all_reduce_value(float(schedule.due(done, update_seconds[-1])), world_size):
                 last_checkpoint = checkpoint()
 
             # 6. Stop causes that end the run after an applied update.
             # Replicas decide together, or one would wait forever in the next all-reduce.
             limit = settings.stop.wall_clock_minutes
-            if limit is not None and _all_reduce(float(elapsed() > 60 * limit), world_size):
+            if limit is not None and all_reduce_value(float(elapsed() > 60 * limit), world_size):
                 status, reason = "stopped_wall_clock", f"wall clock of {limit} min reached"
                 break
             if stop_after is not None and stop_after <= done < total:
                 status, reason = "paused", f"paused after update {done} as asked (stop_after)"
                 break
-            if _all_reduce(float(signals.received is not None), world_size) and done < total:
+            if all_reduce_value(float(signals.received is not None), world_size) and done < total:
                 status = "stopped"
                 reason = f"stopped by {signals.name or 'a signal'} after update {done}"
                 break
@@ -352,28 +354,6 @@ def train(
 # ---------------------------------------------------------------------------------------------
 # setup, replicas, files, progress
 # ---------------------------------------------------------------------------------------------
-
-
-def _all_reduce(value: float, world_size: int) -> float:
-    if world_size == 1:
-        return value
-    import torch
-    import torch.distributed as dist
-
-    tensor = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(tensor)
-    return float(tensor.item())
-
-
-def _all_reduce_grads(params: list[Any]) -> None:
-    """Sum gradients over replicas; the loss is already divided by the global count."""
-    import torch
-    import torch.distributed as dist
-
-    for p in params:
-        if p.grad is None:  # a rank without a share of a partial update still joins in
-            p.grad = torch.zeros_like(p)
-        dist.all_reduce(p.grad)
 
 
 def _evaluate(

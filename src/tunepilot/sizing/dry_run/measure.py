@@ -48,7 +48,7 @@ def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tup
         config, source, shape.kind, settings, shape.label_names, shape.base_dtype,
         pad_token_id=config.get("pad_token_id") or 0,
     )  # fmt: skip
-    model = apply_method(loaded, settings)  # a SetupFailure is bad input: exit 2, the key
+    model = apply_method(loaded, settings, shape.training.weights_dtype)  # a SetupFailure is bad input: exit 2, the key
     if shape.activation_checkpointing:
         enable_activation_checkpointing(model, context_fn=recompute_contexts(shape))
     model.train()
@@ -57,9 +57,9 @@ def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tup
 
 def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measured:
     """Every phase of the model with `blocks` blocks, as live bytes and FLOPs."""
+    from tunepilot.sizing.dry_run.optimizers import dry_run_optimizer, paged_bytes
     from tunepilot.sizing.dry_run.quant import QuantizedStorage
     from tunepilot.sizing.dry_run.tracker import StorageTracker, model_roles
-    from tunepilot.train.optimizer import build_optimizer
 
     model, _ = build_meta_model(arch, shape, blocks)
     quant = QuantizedStorage.of(model, shape.base_dtype)
@@ -67,7 +67,7 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
     for name, param in model.named_parameters():
         tracker.track_sized(param, quant.bytes_of(name, param))
     tracker.track(model.buffers())
-    optimizer = build_optimizer(model, shape.training, foreach=shape.device == "cuda")
+    optimizer = dry_run_optimizer(model, shape.training)
     extra = (
         {"cuBLAS workspace (CUDA, analytical)": CUBLAS_WORKSPACE} if shape.device == "cuda" else {}
     )
@@ -82,6 +82,7 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
             inputs = shape.inputs(shape.microbatch, shape.length)
             phases[name] = _phase(name, tracker.breakdown(roles), flops_now(tracker) - before,
                                   extra, inputs, quant.notes)  # fmt: skip
+            phases[name].host_paged = paged_bytes(optimizer)
             optimizer.zero_grad(set_to_none=True)
         phases |= _forward_phase(
             "evaluation", model, optimizer, shape, tracker, extra,
@@ -169,11 +170,8 @@ def train_step(
 
     The dry run runs it on meta tensors; `dry_run.check` runs it on real ones to compare.
     """
-    import math
-
-    import torch
-
     from tunepilot.train.batching import summed_loss
+    from tunepilot.train.optimizer import update_norm
 
     tracker.region = "forward"
     batch = make_batch(shape, shape.microbatch, shape.length, device, vocab)
@@ -186,8 +184,8 @@ def train_step(
     del loss, batch
     tracker.region = "optimizer"
     params = [p for p in model.parameters() if p.requires_grad]
-    torch.nn.utils.clip_grad_norm_(params, shape.training.max_grad_norm or math.inf)
-    optimizer.step()
+    update_norm(optimizer, params, shape.training.max_grad_norm)
+    optimizer.step()  # nothing left to do when the step ran in backward
     tracker.region = "setup"
 
 

@@ -188,4 +188,5 @@ def _extrapolate(p1: PhaseSize, p2: PhaseSize, more: int) -> PhaseSize:
                 for k in sorted({**p1.flops_by, **p2.flops_by})}  # fmt: skip
     peak = sum(v for k, v in parts.items() if k != "flops")
     return PhaseSize(p1.phase, **parts, peak=peak, inputs=p1.inputs, notes=p1.notes,
-                     analytical=analytical, flops_by=flops_by)  # fmt: skip
+                     analytical=analytical, flops_by=flops_by,
+                     host_paged=_line(p1.host_paged, p2.host_paged, more))  # fmt: skip
