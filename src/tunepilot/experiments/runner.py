@@ -140,6 +140,18 @@ def _device_of(model: Any) -> str:
     return str(next(model.parameters()).device)
 
 
+def require_backends(campaign: Campaign, device_type: str | None = None) -> None:
+    """Refuse what this machine cannot train (exit 2, the key and the fix), before anything
+    is recorded: an nf4/int8 base or a bitsandbytes optimizer anywhere but on CUDA."""
+    from tunepilot.model.base_dtype import default_device_type, require_quantization_backend
+    from tunepilot.train.optimizer import require_optimizer_backend
+
+    device_type = device_type or default_device_type()
+    if campaign.model.base_dtype:
+        require_quantization_backend(campaign.model.base_dtype, device_type)
+    require_optimizer_backend(campaign.training.optimizer, device_type)
+
+
 def model_kind(campaign: Campaign) -> str:
     return "classification" if campaign.hypothesis.is_classification else "causal_lm"
 
@@ -221,10 +233,7 @@ def execute_run(
         variant, seed, run_id = row.variant, row.seed, row.id
         resume_from = resume_source(ws, run_id, ledger.run_folder(row), from_step)
     campaign = run_campaign_for(ws, variant, seed)
-    if campaign.model.base_dtype:  # refused before an id is reserved: a retry would fail alike
-        from tunepilot.model.base_dtype import require_quantization_backend
-
-        require_quantization_backend(campaign.model.base_dtype)
+    require_backends(campaign)  # refused before an id is reserved: a retry would fail alike
     encoded = session.encoded(campaign)
     data_version = encoded.prepared.version
     if resume_run_id is None:  # the id and its runs row land in one transaction

@@ -65,9 +65,16 @@ def distributed_campaign(
     """The variant's campaign with its seed and the distribution that really runs it."""
     from tunepilot.campaign.schema import Distributed
 
+    from tunepilot.campaign.optimizer_rules import optimizer_problems
+    from tunepilot.errors import InputError, Problem
+
     campaign = run_campaign_for(ws, variant, seed)
     distributed = Distributed(strategy=strategy, nproc=world_size)  # type: ignore[arg-type]
     training = campaign.training.model_copy(update={"distributed": distributed})
+    problems = optimizer_problems(training)  # the schema's rules, for what --strategy chose
+    if problems:
+        raise InputError([Problem("training", p, "change the settings as the sentence says")
+                          for p in problems], title="cannot train with replicas so")  # fmt: skip
     return campaign.model_copy(update={"training": training})
 
 

@@ -28,7 +28,7 @@ def resolve_base_dtype(requested: str | None, device_type: str | None = None) ->
     `device_type` None means "the device this process trains on": cuda when one is visible.
     """
     if device_type is None:
-        device_type = _default_device_type()
+        device_type = default_device_type()
     if requested is not None:
         return requested, f"base weights in {requested} (model.base_dtype)"
     if device_type == "cuda" and _cuda_has_bf16():
@@ -65,7 +65,7 @@ def require_quantization_backend(name: str, device_type: str | None = None) -> N
     on a GPU without bitsandbytes installed (transformers would stop with an ImportError)."""
     if name not in QUANTIZED:
         return
-    device_type = device_type or _default_device_type()
+    device_type = device_type or default_device_type()
     if device_type == "cuda":
         import importlib.util
 
@@ -177,7 +177,8 @@ def _bridge(module: Any, base: Any) -> None:
     module.register_forward_hook(after, with_kwargs=True)
 
 
-def _default_device_type() -> str:
+def default_device_type() -> str:
+    """cuda when this process sees a CUDA GPU, else cpu: the device a run here trains on."""
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -68,9 +68,13 @@ class InBackward:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Gradients were freed in the hooks; a deferred pass's are cleared here."""
-        if not self.enabled:
-            for p in self.params:
-                p.grad = None
+        for p in self.params:
+            p.grad = None
+
+    @property
+    def stepped(self) -> bool:
+        """Whether a hook stepped since the last `take_norm` (False after a deferred pass)."""
+        return self._norm_sq is not None
 
     def take_norm(self) -> Any:
         """The update's gradient norm (a 0-d tensor on the device), summed in the hooks; 0

@@ -107,7 +107,7 @@ def update_norm(optimizer: Any, params: list[Any], max_norm: float | None) -> An
 
     import torch
 
-    if hasattr(optimizer, "take_norm") and optimizer.enabled:
+    if getattr(optimizer, "stepped", False):
         return optimizer.take_norm()
     return torch.nn.utils.clip_grad_norm_(params, max_norm or math.inf)
 

@@ -26,6 +26,7 @@ class Measured:
     trainable: int
     total: int
     built: str  # the class the run builds (the task's head on the config's architecture)
+    trainable_bytes: int = 0  # the trained weights as stored (training.weights_dtype)
 
 
 def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tuple[Any, Any]:
@@ -100,10 +101,12 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
             ["the adapter is written from host copies; the control outputs are one "
              "forward per example, sized at batch 1 x the longest length"],
         )  # fmt: skip
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    trainable = sum(p.numel() for p in trained)
     total = sum(p.numel() for p in model.parameters())
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return Measured(phases, trainable, total, type(base).__name__)
+    return Measured(phases, trainable, total, type(base).__name__,
+                    sum(p.numel() * p.element_size() for p in trained))
 
 
 def make_batch(shape: Shape, batch: int, length: int, device: str = "meta",

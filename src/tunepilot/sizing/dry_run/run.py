@@ -68,6 +68,7 @@ class DryRun:
     cuda_context_bytes: int = CUDA_CONTEXT  # outside the allocator: an assumption, labelled
     seconds: float = 0.0
     generated_tokens: int = 0  # new tokens evaluation generates per example (0: it does not)
+    trainable_bytes: int = 0  # trained weights as stored: 2 per weight in bf16, 4 in fp32
 
     def peak(self) -> PhaseSize:
         """The phase with the highest peak."""
@@ -143,6 +144,7 @@ def dry_run(
         seconds=round(time.monotonic() - started, 2),
         generated_tokens=campaign.training.max_new_tokens
         if shape.generates else 0,
+        trainable_bytes=_line(m1.trainable_bytes, m2.trainable_bytes, layers - a),
     )
 
 
