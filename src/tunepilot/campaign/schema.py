@@ -258,7 +258,11 @@ class TrainingSettings(Strict):
     warmup_updates: int = Field(default=0, ge=0)
     weight_decay: float = Field(default=0.0, ge=0, le=1)
     max_grad_norm: float | None = Field(default=1.0, gt=0)
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    precision: Literal["fp32", "bf16", "fp16"] | None = Field(
+        default=None,
+        description="Autocast of the forward: bf16, fp16 (CUDA, with loss scaling) or fp32. "
+        "Unset: bf16 on a CUDA card that has it, fp32 elsewhere (CPU, T4, V100).",
+    )
     activation_checkpointing: bool = False
     weights_dtype: Literal["fp32", "bf16"] = Field(
         default="fp32",

@@ -94,6 +94,7 @@ class Session:
     def build_model(self, campaign: Campaign, seed: int) -> Any:
         """Base + head + method, initialised from `seed` so a run is reproducible from its id."""
         from tunepilot.model.build import apply_method, load_model
+        from tunepilot.model.lora_init import seed_lora
         from tunepilot.train.rng import seed_everything
 
         encoded = self.encoded(campaign)
@@ -106,6 +107,7 @@ class Session:
             pad_token_id=getattr(self.ws.tokenizer, "pad_token_id", None),
         )  # fmt: skip
         model = apply_method(loaded, campaign.model, campaign.training.weights_dtype)
+        seed_lora(model, seed)  # the same adapter start whatever builds it (lora_init.py)
         # PEFT writes the base's path into every checkpoint's adapter_config.json and card: the
         # campaign's own name for it (a hub id, or a path relative to the campaign folder), so a
         # copied folder holds no path into the original.
@@ -158,8 +160,14 @@ def model_kind(campaign: Campaign) -> str:
 
 def run_campaign_for(ws: Workspace, variant: str, seed: int) -> Campaign:
     """The campaign a run trains: the variant's overrides, then its seed."""
+    from tunepilot.model.base_dtype import default_device_type
+    from tunepilot.train.precision import resolve_precision
+
     campaign = variant_campaign(ws.campaign, variant)
-    training = campaign.training.model_copy(update={"seed": seed})
+    precision = campaign.training.precision
+    if precision is None:  # resolved for this machine and recorded as such (runtime.py)
+        precision, _ = resolve_precision(None, default_device_type())
+    training = campaign.training.model_copy(update={"seed": seed, "precision": precision})
     return campaign.model_copy(update={"training": training})
 
 
@@ -172,8 +180,12 @@ def write_run_files(run_dir: Path, campaign: Campaign, extra: dict[str, Any]) ->
     (run_dir / "config.resolved.yaml").write_text(
         yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8"
     )
+    from tunepilot.model.base_dtype import default_device_type
+    from tunepilot.train.runtime import runtime_record
+
     env = fingerprint()
     env["campaign_git_commit"] = git_commit(run_dir.parent.parent)
+    env["runtime"] = runtime_record(campaign.training, default_device_type())  # the choices
     (run_dir / "env.json").write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
 
 

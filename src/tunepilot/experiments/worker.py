@@ -63,9 +63,8 @@ def distributed_campaign(
     ws: Workspace, variant: str, seed: int, strategy: str, world_size: int
 ) -> Campaign:
     """The variant's campaign with its seed and the distribution that really runs it."""
-    from tunepilot.campaign.schema import Distributed
-
     from tunepilot.campaign.optimizer_rules import optimizer_problems
+    from tunepilot.campaign.schema import Distributed
     from tunepilot.errors import InputError, Problem
 
     campaign = run_campaign_for(ws, variant, seed)
@@ -139,7 +138,7 @@ def execute_distributed_run(
 
         previous = _record_sigterm() if ctx.is_main else None
         try:
-            model = wrap_model(session.build_model(campaign, seed), strategy, ctx)
+            model = _build_wrapped(session, campaign, seed, strategy, ctx)
             result = train(
                 model, encoded.train, t, run_dir, kind=model_kind(campaign),  # type: ignore[arg-type]
                 pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point,
@@ -183,6 +182,18 @@ def execute_distributed_run(
     return RunOutcome(
         run_id, status, reason, result.updates, run_dir, metrics, result.update_seconds
     )
+
+
+def _build_wrapped(session: Session, campaign: Campaign, seed: int, strategy: str,
+                   ctx: DistContext) -> Any:  # fmt: skip
+    """The rank's model: FSDP shards built before the weights are read for a causal LM
+    (sharded_build.py), else the whole model loaded, then wrapped (DDP, or FSDP)."""
+    if strategy == "fsdp" and model_kind(campaign) == "causal_lm":
+        from tunepilot.train.sharded_build import build_sharded_model
+
+        return build_sharded_model(campaign, session.ws.model_source, ctx, seed,
+                                   getattr(session.ws.tokenizer, "pad_token_id", None))  # fmt: skip
+    return wrap_model(session.build_model(campaign, seed), strategy, ctx)
 
 
 def _start(

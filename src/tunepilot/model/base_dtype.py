@@ -31,7 +31,7 @@ def resolve_base_dtype(requested: str | None, device_type: str | None = None) ->
         device_type = default_device_type()
     if requested is not None:
         return requested, f"base weights in {requested} (model.base_dtype)"
-    if device_type == "cuda" and _cuda_has_bf16():
+    if device_type == "cuda" and cuda_has_bf16():
         return "bf16", "base weights in bf16 (model.base_dtype unset: bf16 on this CUDA GPU)"
     return "fp32", f"base weights in fp32 (model.base_dtype unset: fp32 on {device_type})"
 
@@ -43,11 +43,18 @@ def torch_dtype(name: str) -> Any:
     return getattr(torch, _TORCH_NAMES.get(name, "bfloat16"))
 
 
-def quantization_config(name: str) -> Any:
-    """transformers' BitsAndBytesConfig for nf4 (QLoRA) or int8, None for a plain dtype."""
+def quant_compute_dtype(device_type: str | None = None) -> str:
+    """What a quantized base computes in: bf16 (QLoRA's choice), fp16 on a CUDA card without
+    bf16 (T4, V100), where bf16 kernels are emulated or refused."""
+    device_type = device_type or default_device_type()
+    return "fp16" if device_type == "cuda" and not cuda_has_bf16() else "bf16"
+
+
+def quantization_config(name: str, compute: str = "bf16") -> Any:
+    """transformers' BitsAndBytesConfig for nf4 (QLoRA) or int8, None for a plain dtype;
+    `compute` is the dtype the dequantized matmuls run in (`quant_compute_dtype`)."""
     if name not in QUANTIZED:
         return None
-    import torch
     from transformers import BitsAndBytesConfig
 
     if name == "nf4":
@@ -55,7 +62,7 @@ def quantization_config(name: str) -> Any:
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_compute_dtype=torch_dtype(compute),
         )
     return BitsAndBytesConfig(load_in_8bit=True)
 
@@ -93,7 +100,6 @@ def keep_trainable_in(model: Any, weights_dtype: str = "fp32") -> list[str]:
     notes say which. fp32 is the default: AdamW updates smaller than a bf16 ulp would vanish.
     bf16 is pure bf16 training (the trained weights, their gradients and torch AdamW's state
     in bf16), the recipe torchtune's full fine-tunes use."""
-    import torch
 
     dtype = torch_dtype(weights_dtype)
     moved = []
@@ -184,7 +190,8 @@ def default_device_type() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _cuda_has_bf16() -> bool:
+def cuda_has_bf16() -> bool:
+    """Whether this machine's current CUDA card computes in bf16 natively."""
     import torch
 
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
@@ -213,9 +220,10 @@ def exercise_bitsandbytes(name: str, device: Any) -> tuple[bool, str]:
     )  # fmt: skip
     try:
         if name == "nf4":
-            layer = bnb.nn.Linear4bit(64, 64, bias=False, compute_dtype=torch.bfloat16,
+            compute = torch_dtype(quant_compute_dtype("cuda"))  # fp16 on a card without bf16
+            layer = bnb.nn.Linear4bit(64, 64, bias=False, compute_dtype=compute,
                                       quant_type="nf4").to(device)  # fmt: skip
-            x = torch.randn(4, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
+            x = torch.randn(4, 64, device=device, dtype=compute, requires_grad=True)
         else:
             layer = bnb.nn.Linear8bitLt(64, 64, bias=False, has_fp16_weights=False).to(device)
             x = torch.randn(4, 64, device=device, dtype=torch.float16, requires_grad=True)

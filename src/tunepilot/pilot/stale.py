@@ -51,6 +51,7 @@ def runs_on_other_backends(runs_dir: Path, env: dict[str, Any]) -> list[str]:
         if path.is_file():
             old = json.loads(path.read_text(encoding="utf-8"))
             old.pop("campaign_git_commit", None)
+            old.pop("runtime", None)  # the campaign's choices (train/runtime.py), not the backend
             if fingerprint_diff(old, env):
                 out.append(run.name)
     return out

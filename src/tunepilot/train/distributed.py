@@ -132,7 +132,8 @@ def all_reduce_value(value: float, world_size: int) -> float:
 
 
 def all_reduce_grads(params: list[Any]) -> None:
-    """Sum gradients over replicas (a model that DDP or FSDP does not sync itself); the loss is already divided by the global count."""
+    """Sum gradients over replicas (a model that DDP or FSDP does not sync itself); the loss
+    is already divided by the global count."""
     import torch
     import torch.distributed as dist
 
@@ -179,6 +180,12 @@ def wrap_model(model: Any, strategy: str, ctx: DistContext) -> Any:
         ids = [ctx.local_rank] if ctx.device.startswith("cuda") else None
         return DistributedDataParallel(model, device_ids=ids)
 
+    return shard_units(model, ctx)
+
+
+def shard_units(model: Any, ctx: DistContext) -> Any:
+    """`fully_shard` the units `wrap_model` names, on the model's own device: real tensors
+    (the load-then-shard path) or meta ones (sharded_build.py: shard first, then fill)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 

@@ -110,7 +110,8 @@ class InBackward:
                 state[index] = saved[0]
         group = {k: v for k, v in self.optimizers[0].state_dict()["param_groups"][0].items()
                  if k != "params"}  # fmt: skip
-        return {"state": state, "param_groups": [{**group, "params": list(range(len(self.params)))}]}
+        everything = list(range(len(self.params)))
+        return {"state": state, "param_groups": [{**group, "params": everything}]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         groups = state_dict["param_groups"]

@@ -59,6 +59,7 @@ from tunepilot.train.optimizer import build_optimizer, host_values, update_norm
 from tunepilot.train.precision import autocast_and_scaler
 from tunepilot.train.records import Records, RecordSink
 from tunepilot.train.resume_point import load_resumable, set_aside_newer
+from tunepilot.train.runtime import cuda_switches
 from tunepilot.train.schedule import lr_at
 from tunepilot.train.sharded import load_gathered_checkpoint, save_gathered_checkpoint
 from tunepilot.train.stopping import CheckpointSchedule, StopSignals
@@ -227,9 +228,10 @@ def train(
     ended = "failed"  # what the trackers hear if an exception leaves the loop
     bar.start()
     records.start(done)
-    signals = stop or StopSignals()
+    signals, switches = stop or StopSignals(), cuda_switches(settings, device)  # TF32 (runtime.py)
     try:
         signals.__enter__()
+        switches.__enter__()
         while done < total:
             tick = time.perf_counter()
             fed = feed.next()  # collated on the host, targets counted there (feed.py)
@@ -339,6 +341,7 @@ def train(
                 last_checkpoint = checkpoint()
         ended = status
     finally:
+        switches.__exit__(None, None, None)
         signals.__exit__(None, None, None)
         bar.stop(ended)
         records.close(ended)

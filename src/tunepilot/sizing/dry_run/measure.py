@@ -49,7 +49,8 @@ def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tup
         config, source, shape.kind, settings, shape.label_names, shape.base_dtype,
         pad_token_id=config.get("pad_token_id") or 0,
     )  # fmt: skip
-    model = apply_method(loaded, settings, shape.training.weights_dtype)  # a SetupFailure is bad input: exit 2, the key
+    # a SetupFailure is bad input: exit 2, the key
+    model = apply_method(loaded, settings, shape.training.weights_dtype)
     if shape.activation_checkpointing:
         enable_activation_checkpointing(model, context_fn=recompute_contexts(shape))
     model.train()
