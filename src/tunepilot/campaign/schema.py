@@ -28,6 +28,7 @@ from tunepilot.campaign.hypothesis import (
     Hypothesis,
 )
 from tunepilot.campaign.image_settings import ImageSettings
+from tunepilot.campaign.training_parts import Budget, StopCauses
 
 # --------------------------------------------------------------------------------------------
 # model (P1, P4)
@@ -60,7 +61,8 @@ class ModelSettings(Strict):
         default=None,
         description="Precision of the frozen base: fp32/bf16/fp16, or nf4/int8 (QLoRA, "
         "bitsandbytes, CUDA only). Unset: fp32 on CPU, bf16 on a CUDA GPU that has it. "
-        "Trained weights (LoRA, modules_to_save, full fine-tuning) stay fp32.",
+        "Trained weights (LoRA, modules_to_save, full fine-tuning) are in "
+        "training.weights_dtype (fp32 unless set).",
     )
 
 
@@ -217,26 +219,7 @@ class DataSettings(Strict):
 # --------------------------------------------------------------------------------------------
 
 
-class Budget(Strict):
-    """Hold updates or epochs fixed; the other follows and is recorded (S7)."""
-
-    updates: int | None = Field(default=None, ge=1, le=10**8)
-    epochs: float | None = Field(default=None, gt=0, le=10_000)
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Budget:
-        if (self.updates is None) == (self.epochs is None):
-            raise ValueError(
-                "set exactly one of `updates` or `epochs` (to switch, set the other to null)"
-            )
-        return self
-
-
-class StopCauses(Strict):
-    """Defined before the trial (V4): what ends a run other than its budget."""
-
-    max_loss: float | None = Field(default=None, gt=0, description="Stop when loss exceeds.")
-    wall_clock_minutes: float | None = Field(default=None, gt=0)
+# Budget and StopCauses live in training_parts.py (re-exported here).
 
 
 OptimizerName = Literal[

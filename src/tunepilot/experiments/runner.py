@@ -117,16 +117,27 @@ class Session:
 
     def evaluate(
         self, model: Any, campaign: Campaign, examples: list[Any] | None = None,
-        label: str | None = None,
+        label: str | None = None, ranks: tuple[int, int, bool] | None = None,
     ) -> Any:  # fmt: skip
-        """The one evaluation procedure (V2) on the validation split unless told otherwise."""
+        """The one evaluation procedure (V2) on the validation split unless told otherwise.
+        `ranks` (rank, world size, forwards are collectives) shares it over data-parallel
+        ranks, each of which ends with the whole result (evaluate_sharded.py)."""
         from tunepilot.experiments.evaluate import evaluate
 
         encoded = self.encoded(campaign)
         split = examples if examples is not None else encoded.prepared.splits["validation"]
         t = campaign.training
-        result = evaluate(model, encoded.encoder, split, t.eval_batch_size, t.max_new_tokens,
-                          device=_device_of(model), label=label)  # fmt: skip
+        if ranks is not None and ranks[1] > 1:
+            from tunepilot.experiments.evaluate_sharded import evaluate_sharded
+
+            result = evaluate_sharded(
+                model, encoded.encoder, split, t.eval_batch_size, t.max_new_tokens,
+                _device_of(model), rank=ranks[0], world_size=ranks[1], lockstep=ranks[2],
+                label=label,
+            )  # fmt: skip
+        else:
+            result = evaluate(model, encoded.encoder, split, t.eval_batch_size, t.max_new_tokens,
+                              device=_device_of(model), label=label)  # fmt: skip
         # what this encoding did to the training answers, judged by compare (S6)
         result.metrics["train_answers_cut"] = sum(e.target_truncated for e in encoded.train)
         return result

@@ -131,9 +131,10 @@ def execute_distributed_run(
 
         last_eval: list[Any] = []
 
-        def evaluate_point(model: Any) -> dict[str, Any]:  # every rank joins, rank 0 shows it
+        def evaluate_point(model: Any) -> dict[str, Any]:  # every rank its share (B3, B4)
             label = f"validation of {run_id}" if ctx.is_main and progress is not False else None
-            last_eval[:] = [session.evaluate(model, campaign, label=label)]
+            ranks = (ctx.rank, ctx.world_size, is_fully_sharded(model))
+            last_eval[:] = [session.evaluate(model, campaign, label=label, ranks=ranks)]
             return last_eval[0].metrics
 
         previous = _record_sigterm() if ctx.is_main else None
@@ -149,7 +150,7 @@ def execute_distributed_run(
                 ) if ctx.is_main else (),
             )  # fmt: skip
             status = LEDGER_STATUS[result.status]
-            if status == "completed" and not last_eval and (ctx.is_main or is_fully_sharded(model)):
+            if status == "completed" and not last_eval:  # every rank evaluates its share
                 evaluate_point(model if is_fully_sharded(model) else unwrap(model))
         except (KeyboardInterrupt, _Terminated) as stop:
             if ledger is not None:

@@ -31,11 +31,14 @@ time and peak are reported separately and left out of the steady median (S4)."""
 DIVERGING = 2.0
 """The steady updates repeat the first update's examples: a loss that more than doubles on the
 same examples within a few updates means the learning rate overshoots."""
-ACCUMULATION_RTOL = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2}
+ACCUMULATION_RTOL = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2, "bf16 weights": 5e-2}
 """Largest gradient difference allowed between microbatch x accumulation and one batch of the
 same examples, relative to the largest gradient: float summation order (and padding width)
-differ between the two; half-precision autocast, and bf16 trained weights (whose gradients are
-bf16), round far more."""
+differ between the two; half-precision autocast rounds far more, and bf16 trained weights most
+(every matmul of the forward in bf16, and the gradient summed in bf16 over the microbatches:
+the tiny Llama measured 1.7e-2 and 2.3e-2). A normalisation error (a mean per microbatch)
+shows as the relative spread of the microbatches' target counts, which the looser bounds
+catch only when that spread exceeds them."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,7 +263,7 @@ def accumulation_gate(state: PilotState) -> Outcome:
     scale = max((float(g.abs().max()) for g in single.values()), default=0.0)
     common = [n for n in single if n in accumulated]
     diff = max((float((accumulated[n] - single[n]).abs().max()) for n in common), default=0.0)
-    rounding = "bf16" if t.weights_dtype == "bf16" else t.precision  # bf16 gradients
+    rounding = "bf16 weights" if t.weights_dtype == "bf16" else t.precision
     rtol = ACCUMULATION_RTOL[rounding]
     relative = diff / scale if scale > 0 else math.inf
     lengths = sorted({len(e.input_ids) for part in split for e in part})

@@ -143,6 +143,27 @@ def all_reduce_grads(params: list[Any]) -> None:
         dist.all_reduce(p.grad)
 
 
+def all_gather_text(text: str, world_size: int) -> list[str]:
+    """Every rank's `text`, in rank order, on every rank: UTF-8 bytes in CPU tensors (gloo),
+    never a pickle."""
+    if world_size == 1:
+        return [text]
+    import torch
+    import torch.distributed as dist
+
+    data = text.encode("utf-8")
+    sizes = [torch.zeros(1, dtype=torch.long) for _ in range(world_size)]
+    dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.long))
+    width = max(int(s.item()) for s in sizes)
+    mine = torch.zeros(width, dtype=torch.uint8)
+    if data:
+        mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    out = [torch.zeros(width, dtype=torch.uint8) for _ in range(world_size)]
+    dist.all_gather(out, mine)
+    return [bytes(t[: int(s.item())].tolist()).decode("utf-8") for t, s in zip(out, sizes,
+                                                                              strict=True)]
+
+
 def barrier() -> None:
     import torch.distributed as dist
 

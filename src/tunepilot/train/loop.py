@@ -115,9 +115,10 @@ def train(
     `stop`: the caller's listener for SIGTERM/SIGINT (None: listen while training); a signal
     ends the call at the next update boundary with a checkpoint (status "stopped").
     With world_size > 1 the process group must be initialised; a DDP-wrapped or FSDP2
-    (`fully_shard`) model syncs its own gradients, a plain one is synced here. Under FSDP2
-    every rank also runs `evaluate` (its forwards are collectives). Every rank joins
-    checkpoints (its generators are saved too); rank 0 writes them.
+    (`fully_shard`) model syncs its own gradients, a plain one is synced here. With replicas
+    every rank runs `evaluate` (the worker's shares the examples out, evaluate_sharded.py;
+    FSDP2's forwards are collectives anyway). Every rank joins checkpoints (its generators are
+    saved too); rank 0 writes them.
     """
     import torch
 
@@ -132,6 +133,7 @@ def train(
     is_fsdp = is_fully_sharded(model)
     syncs_itself = is_ddp or is_fsdp
     joins = rank == 0 or is_fsdp
+    evaluates = joins or world_size > 1  # every replica evaluates its share (the worker's)
 
     # Seeds first: whatever is built below and draws random numbers must draw the same ones.
     rng.seed_everything(settings.seed + 1_000_003 * rank)
@@ -312,7 +314,7 @@ def train(
 
             # 5. Evaluate and checkpoint on their schedules (rank 0 holds the files). The
             # automatic schedule reads the clock, so replicas decide together.
-            if evaluate is not None and joins and done % settings.eval_every == 0:
+            if evaluate is not None and evaluates and done % settings.eval_every == 0:
                 _evaluate(model, evaluate, records, done)
             if all_reduce_value(float(schedule.due(done, update_seconds[-1])), world_size):
                 last_checkpoint = checkpoint()
@@ -335,7 +337,7 @@ def train(
         # A diverged run keeps its weights from before the bad update but saves nothing.
         if status != "diverged":
             last_eval_due = status not in ("paused", "stopped") and done % settings.eval_every
-            if evaluate is not None and joins and last_eval_due:
+            if evaluate is not None and evaluates and last_eval_due:
                 _evaluate(model, evaluate, records, done)
             if last_checkpoint is None or last_checkpoint.name != f"step-{done:06d}":
                 last_checkpoint = checkpoint()
