@@ -12,8 +12,10 @@ is the highest training phase's tensor peak (first or steady step), the figure a
 gives a per-GPU figure under FSDP, the FSDP arithmetic of the per-card sheet is applied.
 
 The published figures differ from the sized step in ways the table names: torchtune trains the
-LoRA weights in bf16 and chunks the output loss, tunepilot keeps trained weights in fp32 and
-computes the full logits; whether a figure is allocated or reserved memory is not always said.
+LoRA weights in bf16 and chunks the output loss, tunepilot keeps trained weights in fp32 unless
+`training.weights_dtype: bf16` (the full fine-tuning rows set it, with the recipe's optimizer
+and optimizer-in-backward) and computes the full logits; whether a figure is allocated or
+reserved memory is not always said.
 """
 
 from __future__ import annotations

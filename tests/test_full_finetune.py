@@ -322,3 +322,41 @@ def test_d7_r1_pure_bf16_full_fine_tune_passes_the_overfit_gate_and_resumes_bitw
     assert rows["resume"].verdict == "PASS", rows["resume"].sentence
     assert "bitwise equal" in rows["resume"].sentence
     assert rows["accumulation"].verdict == "PASS", rows["accumulation"].sentence
+
+
+def test_b4_fsdp_from_meta_per_rank_is_a_shard_of_the_state_and_two_gathered_blocks():
+    from types import SimpleNamespace
+
+    from tunepilot.sizing.dry_run.fsdp import fsdp_rank_bytes
+
+    gib = 2**30
+    top = SimpleNamespace(weights=140 * gib, gradients=0, optimizer=2 * gib, peak=150 * gib)
+    dry = SimpleNamespace(peak=lambda: top, block_bytes=gib, layers=80)
+    rank = fsdp_rank_bytes(dry, 8)
+    assert rank.sharded_state == 142 * gib // 8
+    assert rank.device_peak == 150 * gib - 142 * gib + 142 * gib // 8 + 2 * gib
+    assert rank.host_load == 140 * gib // 8 + gib  # never a full copy per rank
+    assert "FSDP from meta over 8" in rank.sentence()
+
+
+def test_s2_a_deferred_update_of_several_microbatches_steps_once_as_adamw_would():
+    """The pilot's updates of several microbatches keep the hooks off and step once."""
+    from tunepilot.train.in_backward import InBackward
+
+    torch.manual_seed(0)
+    ours, theirs = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+    theirs.load_state_dict(ours.state_dict())
+    split = InBackward(list(ours.parameters()), lambda ps: torch.optim.AdamW(ps, lr=1e-2))
+    whole = torch.optim.AdamW(theirs.parameters(), lr=1e-2, foreach=False)
+    x = torch.randn(6, 8)
+    with split.deferred():
+        for part in (x[:3], x[3:]):
+            ours(part).square().sum().backward()
+    assert all(p.grad is not None for p in ours.parameters())  # nothing stepped yet
+    split.step()
+    theirs(x).square().sum().backward()
+    whole.step()
+    for p, q in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+    split.zero_grad()
+    assert all(p.grad is None for p in ours.parameters())

@@ -148,7 +148,12 @@ def update_audit_gate(state: PilotState) -> Outcome:
         logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
         return summed_loss(logits, batch["labels"], kind) / count_targets(batch, kind)
 
-    findings = update_audit(state.model, batch_loss, lambda m: make_optimizer(m, t), updates=2)
+    # The audit reads every gradient after backward: with the step in backward they are freed
+    # in the hooks, so it steps the same optimizer after backward (which parameters move is
+    # the same either way); the gates below time and size the configured step.
+    audited = t.model_copy(update={"optimizer_in_backward": False})
+    findings = update_audit(state.model, batch_loss, lambda m: make_optimizer(m, audited),
+                            updates=2)  # fmt: skip
     which = ", ".join(data[i].example_id for i in ids[:3])
     sentence = f"on training examples {which}: " + "; ".join(f.sentence for f in findings)
     details = {"findings": [f.to_json() for f in findings]}

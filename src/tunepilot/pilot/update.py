@@ -76,7 +76,8 @@ def train_update(
     # With the step in backward, a pass that must not step (or must keep its gradients)
     # turns the per-parameter hooks off (in_backward.py); other optimizers step below.
     in_backward = hasattr(optimizer, "deferred")
-    held = optimizer.deferred() if in_backward and (keep_grads or not step) else nullcontext()
+    deferred = keep_grads or not step or len(batches) > 1  # several microbatches: one step
+    held = optimizer.deferred() if in_backward and deferred else nullcontext()
     with held:
         loss = backward_update(model, batches, kind, targets, autocast=autocast, scaler=scaler)
     loss = float(loss) / targets

@@ -16,12 +16,14 @@ update still records its gradient norm; clipping is refused by the schema, becau
 parameter steps before the norm of the whole gradient is known.
 
 `deferred()` switches the hooks off for a pass whose gradients must stay in `.grad` (the
-pilot's gradient comparisons); nothing steps then.
+pilot's gradient comparisons, or an update of several microbatches); `step()` then steps
+what was deferred.
 """
 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -39,7 +41,21 @@ class InBackward:
         self._norm_sq: Any = None
         self._steps = 0
         self._torch = torch
-        self._handles = [p.register_post_accumulate_grad_hook(self._hook) for p in self.params]
+        # The hooks hold this object weakly: an InBackward that is dropped (the pilot's update
+        # audit builds one and throws it away) leaves inert hooks, never a second optimizer
+        # stepping the same parameters.
+        me = weakref.WeakMethod(self._hook)
+
+        def hook(param: Any) -> None:
+            live = me()
+            if live is not None:
+                live(param)
+
+        self._handles = [p.register_post_accumulate_grad_hook(hook) for p in self.params]
+
+    def __del__(self) -> None:
+        for handle in getattr(self, "_handles", []):
+            handle.remove()
 
     def _hook(self, param: Any) -> None:
         if not self.enabled or param.grad is None:
@@ -64,7 +80,16 @@ class InBackward:
                 if p in o.state}  # fmt: skip
 
     def step(self) -> None:
-        """Nothing: every parameter stepped in its hook during backward."""
+        """Step the parameters that still hold a gradient: none after an ordinary backward
+        (each stepped in its hook), all of them after a deferred one (an update the pilot
+        builds from several microbatches steps once, when all of them are in)."""
+        for param in self.params:
+            if param.grad is not None:
+                self._optimizer_of(param).step()
+                self._optimizer_of(param).zero_grad(set_to_none=True)
+
+    def _optimizer_of(self, param: Any) -> Any:
+        return self._of[id(param)]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Gradients were freed in the hooks; a deferred pass's are cleared here."""

@@ -69,6 +69,7 @@ class DryRun:
     seconds: float = 0.0
     generated_tokens: int = 0  # new tokens evaluation generates per example (0: it does not)
     trainable_bytes: int = 0  # trained weights as stored: 2 per weight in bf16, 4 in fp32
+    block_bytes: int = 0  # the weights of one decoder block (what FSDP gathers at a time)
 
     def peak(self) -> PhaseSize:
         """The phase with the highest peak."""
@@ -145,6 +146,8 @@ def dry_run(
         generated_tokens=campaign.training.max_new_tokens
         if shape.generates else 0,
         trainable_bytes=_line(m1.trainable_bytes, m2.trainable_bytes, layers - a),
+        block_bytes=max(0, m2.phases["steady step"].weights - m1.phases["steady step"].weights)
+        if blocks[1] != blocks[0] else 0,
     )
 
 
