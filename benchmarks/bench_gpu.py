@@ -166,7 +166,8 @@ def eight_bit() -> None:
         torch.cuda.synchronize()
         grew = torch.cuda.memory_allocated() - before
         held = sum(v.numel() * v.element_size() for s in optimizer.state.values()
-                   for k, v in s.items() if isinstance(v, torch.Tensor) and not k.startswith("qmap"))
+                   for k, v in s.items()
+                   if isinstance(v, torch.Tensor) and not k.startswith("qmap"))  # fmt: skip
         sized = sum(bitsandbytes_state_bytes(p.numel()) for p in params)
         print(f"| 8bit | {kind.__name__} state over {sum(p.numel() for p in params) / 1e6:.0f}M "
               f"parameters | held {held / GIB:.3f} GiB, dry run {sized / GIB:.3f} GiB, allocator "

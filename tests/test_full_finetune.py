@@ -104,9 +104,11 @@ def test_s1_optimizer_in_backward_steps_bit_for_bit_as_adamw_after_backward(
               progress=False)  # fmt: skip
         curves[name] = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").open()]
     assert [c["loss"] for c in curves["in"]] == [c["loss"] for c in curves["after"]]
-    norms = [(a["grad_norm"], b["grad_norm"]) for a, b in zip(curves["in"], curves["after"])]
+    norms = [(a["grad_norm"], b["grad_norm"])
+             for a, b in zip(curves["in"], curves["after"], strict=True)]
     assert all(abs(x - y) <= 1e-6 * y for x, y in norms), norms  # summed in hooks vs at once
-    for (_, p), (_, q) in zip(models["in"].named_parameters(), models["after"].named_parameters()):
+    pairs = zip(models["in"].named_parameters(), models["after"].named_parameters(), strict=True)
+    for (_, p), (_, q) in pairs:
         assert torch.equal(p, q)
     step_in = tmp_path / "in" / "checkpoints" / "step-000003"
     step_after = tmp_path / "after" / "checkpoints" / "step-000003"
