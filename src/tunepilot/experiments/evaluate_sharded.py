@@ -70,5 +70,18 @@ def evaluate_sharded(
                       {"seconds": seconds, "ranks": world_size}, sums)  # fmt: skip
 
 
+def evaluate_on_ranks(
+    model: Any, encoder: Any, examples: list[Any], batch_size: int, max_new_tokens: int,
+    device: str, label: str | None, ranks: tuple[int, int, bool] | None,
+) -> EvalResult:  # fmt: skip
+    """The one procedure in one process, or shared when `ranks` (rank, world size, forwards
+    are collectives) holds more than one rank."""
+    if ranks is None or ranks[1] == 1:
+        return evaluate(model, encoder, examples, batch_size, max_new_tokens, device, label)
+    return evaluate_sharded(model, encoder, examples, batch_size, max_new_tokens, device,
+                            rank=ranks[0], world_size=ranks[1], lockstep=ranks[2],
+                            label=label)  # fmt: skip
+
+
 def _batches(n: int, batch_size: int) -> int:
     return math.ceil(n / batch_size)

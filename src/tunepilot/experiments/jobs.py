@@ -273,6 +273,9 @@ def run_distributed(
 
         check_fsdp(ws.model_source.path, model_kind(campaign), campaign.model.base_dtype,
                    campaign.model.trust_remote_code)  # fmt: skip
+    from tunepilot.train.runtime import require_backends
+
+    require_backends(campaign.model, campaign.training)  # an 8-bit optimizer on CPU: exit 2
     _prepare(ws, campaign)
     with Ledger.open(ws.ledger_path) as ledger:
         run_id = ledger.new_run_id(variant, seed)

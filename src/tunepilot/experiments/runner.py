@@ -122,22 +122,13 @@ class Session:
         """The one evaluation procedure (V2) on the validation split unless told otherwise.
         `ranks` (rank, world size, forwards are collectives) shares it over data-parallel
         ranks, each of which ends with the whole result (evaluate_sharded.py)."""
-        from tunepilot.experiments.evaluate import evaluate
+        from tunepilot.experiments.evaluate_sharded import evaluate_on_ranks
 
         encoded = self.encoded(campaign)
         split = examples if examples is not None else encoded.prepared.splits["validation"]
         t = campaign.training
-        if ranks is not None and ranks[1] > 1:
-            from tunepilot.experiments.evaluate_sharded import evaluate_sharded
-
-            result = evaluate_sharded(
-                model, encoded.encoder, split, t.eval_batch_size, t.max_new_tokens,
-                _device_of(model), rank=ranks[0], world_size=ranks[1], lockstep=ranks[2],
-                label=label,
-            )  # fmt: skip
-        else:
-            result = evaluate(model, encoded.encoder, split, t.eval_batch_size, t.max_new_tokens,
-                              device=_device_of(model), label=label)  # fmt: skip
+        result = evaluate_on_ranks(model, encoded.encoder, split, t.eval_batch_size,
+                                   t.max_new_tokens, _device_of(model), label, ranks)  # fmt: skip
         # what this encoding did to the training answers, judged by compare (S6)
         result.metrics["train_answers_cut"] = sum(e.target_truncated for e in encoded.train)
         return result
@@ -153,32 +144,16 @@ def _device_of(model: Any) -> str:
     return str(next(model.parameters()).device)
 
 
-def require_backends(campaign: Campaign, device_type: str | None = None) -> None:
-    """Refuse what this machine cannot train (exit 2, the key and the fix), before anything
-    is recorded: an nf4/int8 base or a bitsandbytes optimizer anywhere but on CUDA."""
-    from tunepilot.model.base_dtype import default_device_type, require_quantization_backend
-    from tunepilot.train.optimizer import require_optimizer_backend
-
-    device_type = device_type or default_device_type()
-    if campaign.model.base_dtype:
-        require_quantization_backend(campaign.model.base_dtype, device_type)
-    require_optimizer_backend(campaign.training.optimizer, device_type)
-
-
 def model_kind(campaign: Campaign) -> str:
     return "classification" if campaign.hypothesis.is_classification else "causal_lm"
 
 
 def run_campaign_for(ws: Workspace, variant: str, seed: int) -> Campaign:
     """The campaign a run trains: the variant's overrides, then its seed."""
-    from tunepilot.model.base_dtype import default_device_type
-    from tunepilot.train.precision import resolve_precision
+    from tunepilot.train.runtime import on_this_machine
 
     campaign = variant_campaign(ws.campaign, variant)
-    precision = campaign.training.precision
-    if precision is None:  # resolved for this machine and recorded as such (runtime.py)
-        precision, _ = resolve_precision(None, default_device_type())
-    training = campaign.training.model_copy(update={"seed": seed, "precision": precision})
+    training = on_this_machine(campaign.training).model_copy(update={"seed": seed})
     return campaign.model_copy(update={"training": training})
 
 
@@ -256,7 +231,9 @@ def execute_run(
         variant, seed, run_id = row.variant, row.seed, row.id
         resume_from = resume_source(ws, run_id, ledger.run_folder(row), from_step)
     campaign = run_campaign_for(ws, variant, seed)
-    require_backends(campaign)  # refused before an id is reserved: a retry would fail alike
+    from tunepilot.train.runtime import require_backends
+
+    require_backends(campaign.model, campaign.training)  # before an id is reserved
     encoded = session.encoded(campaign)
     data_version = encoded.prepared.version
     if resume_run_id is None:  # the id and its runs row land in one transaction

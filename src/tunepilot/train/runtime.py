@@ -22,6 +22,30 @@ from collections.abc import Iterator
 from typing import Any
 
 
+def on_this_machine(settings: Any) -> Any:
+    """`settings` (TrainingSettings) with what it leaves unset resolved for this machine:
+    `training.precision` (bf16 on a CUDA card with bf16, else fp32), recorded as such."""
+    if settings.precision is not None:
+        return settings
+    from tunepilot.model.base_dtype import default_device_type
+    from tunepilot.train.precision import resolve_precision
+
+    precision, _ = resolve_precision(None, default_device_type())
+    return settings.model_copy(update={"precision": precision})
+
+
+def require_backends(model: Any, training: Any, device_type: str | None = None) -> None:
+    """Refuse what this machine cannot train (exit 2, the key and the fix), before anything
+    is recorded: an nf4/int8 base or a bitsandbytes optimizer anywhere but on CUDA."""
+    from tunepilot.model.base_dtype import default_device_type, require_quantization_backend
+    from tunepilot.train.optimizer import require_optimizer_backend
+
+    device_type = device_type or default_device_type()
+    if model.base_dtype:
+        require_quantization_backend(model.base_dtype, device_type)
+    require_optimizer_backend(training.optimizer, device_type)
+
+
 def runtime_record(settings: Any, device_type: str) -> dict[str, Any]:
     """What a run of `settings` (TrainingSettings) does on `device_type`, for env.json."""
     from tunepilot.train.optimizer import describe_optimizer
