@@ -272,12 +272,15 @@ def test_s1_paged_state_is_apart_from_the_peak_and_the_step_in_backward_frees_gr
 
 
 def test_b4_fsdp_of_an_nf4_base_is_refused_before_any_process_starts(campaign):
-    result = cli("run", str(campaign), "--nproc", "2", "--strategy", "fsdp",
-                 "model.base_dtype=nf4", "model.method=lora")  # fmt: skip
-    assert result.returncode == 2, result.stderr[-2000:]
-    text = " ".join(result.stderr.split())
-    assert "model.base_dtype" in text and "--strategy ddp" in text
-    assert "torch.distributed.run" not in result.stderr  # nothing was launched
+    """What `tunepilot run --nproc N --strategy fsdp` checks before it launches torchrun."""
+    from tunepilot.errors import InputError
+    from tunepilot.train.sharded_build import check_fsdp
+
+    with pytest.raises(InputError) as refused:
+        check_fsdp(campaign.parent / "base-model", "causal_lm", "nf4")
+    (problem,) = refused.value.problems
+    assert problem.where == "model.base_dtype" and "--strategy ddp" in problem.fix
+    check_fsdp(campaign.parent / "base-model", "causal_lm", "bf16")  # Llama names its blocks
 
 
 def _losses(run_dir: Path) -> list[float]:
