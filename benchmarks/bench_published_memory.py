@@ -12,8 +12,10 @@ is the highest training phase's tensor peak (first or steady step), the figure a
 gives a per-GPU figure under FSDP, the FSDP arithmetic of the per-card sheet is applied.
 
 The published figures differ from the sized step in ways the table names: torchtune trains the
-LoRA weights in bf16 and chunks the output loss, tunepilot keeps trained weights in fp32 and
-computes the full logits; whether a figure is allocated or reserved memory is not always said.
+LoRA weights in bf16 and chunks the output loss, tunepilot keeps trained weights in fp32 unless
+`training.weights_dtype: bf16` (the full fine-tuning rows set it, with the recipe's optimizer
+and optimizer-in-backward) and computes the full logits; whether a figure is allocated or
+reserved memory is not always said.
 """
 
 from __future__ import annotations
@@ -36,6 +38,20 @@ LLAMA_65B = {  # LLaMA (Touvron et al. 2023, Table 2) as converted to transforme
     "num_key_value_heads": 64, "vocab_size": 32000, "max_position_embeddings": 2048,
     "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": False,
 }  # fmt: skip
+LLAMA_32_3B = {  # meta-llama/Llama-3.2-3B config.json (its published architecture)
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 3072,
+    "intermediate_size": 8192, "num_hidden_layers": 28, "num_attention_heads": 24,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+    "rope_theta": 500000.0, "tie_word_embeddings": True,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+}  # fmt: skip
+PURE_BF16 = {"model.method": "full", "model.base_dtype": "bf16", "training.weights_dtype": "bf16",
+             "training.precision": "fp32", "training.accumulation": 1,
+             "training.max_grad_norm": None}  # fmt: skip
+"""Pure bf16 full fine-tuning as torchtune's `dtype: bf16` runs it: every weight, gradient and
+AdamW state in bf16, no autocast (fp32 precision over bf16 weights computes in bf16)."""
 MLP_AND_ATTN = ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -74,6 +90,19 @@ SETUPS = [
           {"model.lora.r": 16, "model.lora.alpha": 32, "model.lora.target_modules": MLP_AND_ATTN,
            "model.base_dtype": "bf16", "training.microbatch": 2,
            "training.activation_checkpointing": True}, gpus=8),
+    Setup("Llama 3.1 8B full, 1x RTX 4090", f"{TORCHTUNE}; config llama3_1/"
+          "8B_full_single_device (bitsandbytes PagedAdamW8bit, optimizer_in_bwd, activation "
+          "checkpointing, dtype bf16)", "18.9 GiB", 18.9 * GIB, "llama-3-8b-config",
+          {**PURE_BF16, "training.optimizer": "paged_adamw_8bit",
+           "training.optimizer_in_backward": True, "training.microbatch": 2,
+           "training.activation_checkpointing": True},
+          notes=["the paged 8-bit AdamW state lives in CUDA unified memory, outside the "
+                 "allocator whose peak torchtune logs: the dry run reports it apart"]),
+    Setup("Llama 3.2 3B full, 1x A100", "torchtune README 'Memory and training speed' (Nov "
+          "2024 revision): Llama 3.2 3B full finetune, pure bf16, torch AdamW, batch 2 x 4096 "
+          "tokens, no activation checkpointing", "60.0 GiB", 60.0 * GIB, "llama-3.2-3b",
+          {**PURE_BF16, "training.optimizer": "adamw", "training.microbatch": 2,
+           "training.activation_checkpointing": False}),
     Setup("LLaMA 65B QLoRA (Guanaco), 1 GPU",
           "Dettmers et al., QLoRA (arXiv:2305.14314), abstract: 'finetune a 65B parameter model "
           "on a single 48GB GPU'; settings from artidoro/qlora scripts/finetune_guanaco_65b.sh "
@@ -85,7 +114,8 @@ SETUPS = [
            "training.activation_checkpointing": True},
           notes=["max length 528 = source 16 + target 512"]),
 ]  # fmt: skip
-LENGTH = {"LLaMA 65B QLoRA (Guanaco), 1 GPU": 528}
+LENGTH = {"LLaMA 65B QLoRA (Guanaco), 1 GPU": 528, "Llama 3.2 3B full, 1x A100": 4096}
+CONFIGS = {"llama-65b": LLAMA_65B, "llama-3.2-3b": LLAMA_32_3B}
 
 
 def campaign_for(setup: Setup, folder: Path) -> Path:
@@ -93,10 +123,10 @@ def campaign_for(setup: Setup, folder: Path) -> Path:
     from tunepilot.demo.campaign import write_demo_campaign
 
     model = setup.model
-    if model == "llama-65b":
-        (folder / "llama-65b").mkdir(parents=True, exist_ok=True)
-        (folder / "llama-65b" / "config.json").write_text(json.dumps(LLAMA_65B))
-        model = str(folder / "llama-65b")
+    if model in CONFIGS:
+        (folder / model).mkdir(parents=True, exist_ok=True)
+        (folder / model / "config.json").write_text(json.dumps(CONFIGS[model]))
+        model = str(folder / model)
     overrides = {"model.name_or_path": model, "model.method": "lora", "model.lora.dropout": 0.0,
                  "model.lora.modules_to_save": [], "training.precision": "bf16",
                  "data.max_length": LENGTH.get(setup.name, 2048),
@@ -120,6 +150,8 @@ def predict(setup: Setup) -> tuple[float, str, float, str]:
                    key=lambda p: p.peak)  # fmt: skip
     split = " / ".join(f"{getattr(training, k) / GIB:.1f}" for k in
                        ("weights", "gradients", "optimizer", "activations", "temporaries"))
+    if training.host_paged:
+        split += f" (+ {training.host_paged / GIB:.1f} paged, outside the allocator)"
     if setup.gpus > 1:
         sharded = per_gpu_bytes(dry, Layout(FSDP, setup.gpus))
         phase = max(TRAINING_PHASES, key=lambda k: sharded[k])

@@ -29,6 +29,7 @@ from tunepilot.campaign.hypothesis import (
     Hypothesis,
 )
 from tunepilot.campaign.image_settings import ImageSettings
+from tunepilot.campaign.training_parts import Budget, StopCauses
 
 # --------------------------------------------------------------------------------------------
 # model (P1, P4)
@@ -61,7 +62,8 @@ class ModelSettings(Strict):
         default=None,
         description="Precision of the frozen base: fp32/bf16/fp16, or nf4/int8 (QLoRA, "
         "bitsandbytes, CUDA only). Unset: fp32 on CPU, bf16 on a CUDA GPU that has it. "
-        "Trained weights (LoRA, modules_to_save, full fine-tuning) stay fp32.",
+        "Trained weights (LoRA, modules_to_save, full fine-tuning) are in "
+        "training.weights_dtype (fp32 unless set).",
     )
 
 
@@ -234,26 +236,12 @@ class DataSettings(Strict):
 # --------------------------------------------------------------------------------------------
 
 
-class Budget(Strict):
-    """Hold updates or epochs fixed; the other follows and is recorded (S7)."""
-
-    updates: int | None = Field(default=None, ge=1, le=10**8)
-    epochs: float | None = Field(default=None, gt=0, le=10_000)
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Budget:
-        if (self.updates is None) == (self.epochs is None):
-            raise ValueError(
-                "set exactly one of `updates` or `epochs` (to switch, set the other to null)"
-            )
-        return self
+# Budget and StopCauses live in training_parts.py (re-exported here).
 
 
-class StopCauses(Strict):
-    """Defined before the trial (V4): what ends a run other than its budget."""
-
-    max_loss: float | None = Field(default=None, gt=0, description="Stop when loss exceeds.")
-    wall_clock_minutes: float | None = Field(default=None, gt=0)
+OptimizerName = Literal[
+    "adamw", "adamw_bf16_states", "adamw_8bit", "paged_adamw_8bit", "sgd", "adafactor"
+]
 
 
 class Distributed(Strict):
@@ -270,8 +258,36 @@ class TrainingSettings(Strict):
     warmup_updates: int = Field(default=0, ge=0)
     weight_decay: float = Field(default=0.0, ge=0, le=1)
     max_grad_norm: float | None = Field(default=1.0, gt=0)
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    precision: Literal["fp32", "bf16", "fp16"] | None = Field(
+        default=None,
+        description="Autocast of the forward: bf16, fp16 (CUDA, with loss scaling) or fp32. "
+        "Unset: bf16 on a CUDA card that has it, fp32 elsewhere (CPU, T4, V100).",
+    )
     activation_checkpointing: bool = False
+    weights_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description="dtype of the trained weights (LoRA, modules_to_save, every weight of a "
+        "full fine-tune) and so of their gradients: bf16 is pure bf16 training (torchtune's "
+        "default); fp32 keeps updates smaller than a bf16 ulp.",
+    )
+    optimizer: OptimizerName = Field(
+        default="adamw",
+        description="adamw (torch; state in the weights' dtype, fused on CUDA), "
+        "adamw_bf16_states (torch AdamW, moments kept in bf16), adamw_8bit and "
+        "paged_adamw_8bit (bitsandbytes, CUDA only; paged state lives in CUDA unified memory), "
+        "sgd (momentum 0.9), adafactor (torch).",
+    )
+    optimizer_in_backward: bool = Field(
+        default=False,
+        description="Step each parameter in its post-accumulate-grad hook and free its "
+        "gradient at once (torch's documented pattern): no full set of gradients is ever held. "
+        "Needs accumulation 1, max_grad_norm null and one process.",
+    )
+    tf32: bool = Field(
+        default=True,
+        description="On CUDA, fp32 matmuls and convolutions use TF32 tensor cores "
+        "(torch.backends.cuda.matmul.allow_tf32, cudnn.allow_tf32); recorded in env.json.",
+    )
     seed: Seed = 0
     eval_every: int = Field(default=50, ge=1, description="Updates between validation points.")
     eval_batch_size: int = Field(default=32, ge=1)
@@ -288,6 +304,16 @@ class TrainingSettings(Strict):
     max_new_tokens: int = Field(
         default=64, ge=1, le=2**20, description="Generation budget at evaluation."
     )
+
+    @model_validator(mode="after")
+    def _optimizer_fits_the_step(self) -> TrainingSettings:
+        """Combinations that cannot train as asked (S2, S3), refused with the fix."""
+        from tunepilot.campaign.optimizer_rules import optimizer_problems
+
+        problems = optimizer_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 # --------------------------------------------------------------------------------------------

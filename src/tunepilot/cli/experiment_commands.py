@@ -79,6 +79,9 @@ def run_command(
 
       tunepilot run campaign.yaml --nproc 2 --strategy fsdp
 
+      tunepilot run campaign.yaml model.method=full training.weights_dtype=bf16
+      training.optimizer=adamw_bf16_states
+
       tunepilot run campaign.yaml --jobs 2
 
       tunepilot run campaign.yaml --retry lr-2e-4-s1-1

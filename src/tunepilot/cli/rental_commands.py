@@ -116,7 +116,13 @@ def size(
     such as llama-3-8b-config. Each --gpu gets the verdict `plan` gives it (exit 1 when one
     does not PASS).
 
-    Example: tunepilot size campaign.yaml model.name_or_path=llama-3-8b-config --gpu "H100 80GB"
+    Examples:
+
+      tunepilot size campaign.yaml model.name_or_path=llama-3-8b-config --gpu "H100 80GB"
+
+      tunepilot size campaign.yaml model.method=full training.weights_dtype=bf16
+      training.optimizer=paged_adamw_8bit training.optimizer_in_backward=true
+      training.accumulation=1 training.max_grad_norm=null --gpu "RTX 4090"
     """
     from tunepilot.sizing.dry_run.flow import run_size
 

@@ -40,6 +40,9 @@ class EvalResult:
     config: dict[str, Any]
     config_hash: str
     timings: dict[str, float] = field(default_factory=dict)
+    # What the metrics are computed from beyond the rows: the summed loss and its count
+    # (examples or answer tokens) and the answers max_length cut (evaluate_sharded.py).
+    sums: dict[str, float] = field(default_factory=dict)
 
 
 SCORED_KEYS = ("task", "required_fields", "schema", "labels")
@@ -98,6 +101,7 @@ def evaluate(
     max_new_tokens: int,
     device: str = "cpu",
     label: str | None = None,
+    synced: bool = False,
 ) -> EvalResult:
     """Evaluate `model` on `examples` with the fixed procedure; the model's mode is restored.
 
@@ -105,7 +109,8 @@ def evaluate(
     Causal LM: teacher-forced loss on the answer tokens, then greedy generation from the
     prompt; rows {id, output, gold, ...extraction or format checks}.
     `label` names a standalone evaluation (baseline, sealed test) whose progress is shown;
-    evaluations inside training stay quiet under the training's own progress.
+    evaluations inside training stay quiet under the training's own progress. `synced` keeps
+    generation in step with the other ranks (FSDP forwards are collectives).
     """
     import time
 
@@ -126,10 +131,10 @@ def evaluate(
     try:
         with torch.no_grad(), bar:
             if encoder.kind == "classification":
-                metrics, rows = _classify(model, encoder, examples, batch_size, device, bar)
+                metrics, rows, sums = _classify(model, encoder, examples, batch_size, device, bar)
             else:
-                metrics, rows = _generate(
-                    model, encoder, examples, batch_size, max_new_tokens, device, bar
+                metrics, rows, sums = _generate(
+                    model, encoder, examples, batch_size, max_new_tokens, device, bar, synced
                 )
             bar.advance(len(examples))
     finally:
@@ -140,6 +145,7 @@ def evaluate(
         config=config,
         config_hash=config_hash_of(config),
         timings={"seconds": time.perf_counter() - start},
+        sums=sums,
     )
 
 
@@ -171,7 +177,7 @@ def _batch(seqs: list[list[int]], pad: int, left: bool, device: str) -> tuple[An
 
 def _classify(
     model: Any, encoder: Any, examples: list[Example], batch_size: int, device: str, bar: Progress
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, float]]:
     import torch
 
     n_model = getattr(getattr(model, "config", None), "num_labels", None)
@@ -210,12 +216,20 @@ def _classify(
                     "truncated": enc.truncated,
                 }
             )
+    sums = {"loss_sum": loss_sum, "loss_count": len(rows), "answers_cut": 0}
+    return classification_summary(encoder, rows, sums), rows, sums
+
+
+def classification_summary(
+    encoder: Any, rows: list[dict[str, Any]], sums: dict[str, float]
+) -> dict[str, Any]:
+    """The classification metrics of `rows` (in the examples' order) and their loss sums."""
     metrics = classification_metrics(
         [r["gold"] for r in rows], [r["pred"] for r in rows], encoder.label_names
     )
-    metrics["loss"] = loss_sum / len(rows)
+    metrics["loss"] = sums["loss_sum"] / sums["loss_count"]
     metrics["answers_cut"] = 0  # a class id is never truncated
-    return metrics, rows
+    return metrics
 
 
 def _answer_loss(model: Any, encoded: list[Any], pad: int, device: str) -> tuple[float, int]:
@@ -246,7 +260,8 @@ def _generate(
     max_new_tokens: int,
     device: str,
     bar: Progress,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    synced: bool = False,
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, float]]:
     tokenizer = encoder.tokenizer
     pad, eos = pad_id_of(tokenizer), tokenizer.eos_token_id
     outputs: list[str] = []
@@ -270,12 +285,29 @@ def _generate(
             num_beams=1,
             pad_token_id=pad,
             eos_token_id=eos,
+            **({"synced_gpus": True} if synced else {}),
         )
         for row in generated[:, ids.shape[1] :].tolist():
             cut = row.index(eos) if eos in row else len(row)
             stopped.append(cut < len(row))
             n_tokens.append(cut)
             outputs.append(tokenizer.decode(row[:cut], skip_special_tokens=True))
+    sums = {"loss_sum": loss_sum, "loss_count": loss_tokens, "answers_cut": answers_cut}
+    generated_rows = [{"output": o, "output_tokens": n, "stopped_at_eos": s}
+                      for o, n, s in zip(outputs, n_tokens, stopped, strict=True)]  # fmt: skip
+    metrics, rows = generation_summary(encoder, examples, generated_rows, sums)
+    return metrics, rows, sums
+
+
+def generation_summary(
+    encoder: Any, examples: list[Example], generated: list[dict[str, Any]],
+    sums: dict[str, float],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+    """Metrics and rows of generated outputs ({output, output_tokens, stopped_at_eos} per
+    example, in the examples' order) and their loss sums: one process's or every rank's."""
+    outputs = [g["output"] for g in generated]
+    stopped = [g["stopped_at_eos"] for g in generated]
+    n_tokens = [g["output_tokens"] for g in generated]
     ids_list = [e.id for e in examples]
     if encoder.task == "extraction":
         gold = [encoder.gold_object(e) for e in examples]
@@ -289,7 +321,7 @@ def _generate(
     for g, out, stop, n, row in zip(gold, outputs, stopped, n_tokens, scored["rows"], strict=True):
         rows.append({**row, "gold": g, "output": out, "output_tokens": n, "stopped_at_eos": stop})
     metrics = scored["metrics"]
-    metrics["loss"] = loss_sum / loss_tokens if loss_tokens else math.nan
+    metrics["loss"] = sums["loss_sum"] / sums["loss_count"] if sums["loss_count"] else math.nan
     metrics["stopped_at_eos"] = sum(stopped) / len(stopped)
-    metrics["answers_cut"] = answers_cut
+    metrics["answers_cut"] = sums["answers_cut"]
     return metrics, rows

@@ -94,6 +94,7 @@ class Session:
     def build_model(self, campaign: Campaign, seed: int) -> Any:
         """Base + head + method, initialised from `seed` so a run is reproducible from its id."""
         from tunepilot.model.build import apply_method, load_model
+        from tunepilot.model.lora_init import seed_lora
         from tunepilot.train.rng import seed_everything
 
         encoded = self.encoded(campaign)
@@ -105,7 +106,8 @@ class Session:
             self.ws.model_source, kind, campaign.model, encoded.prepared.label_names or None,
             pad_token_id=getattr(self.ws.tokenizer, "pad_token_id", None),
         )  # fmt: skip
-        model = apply_method(loaded, campaign.model)
+        model = apply_method(loaded, campaign.model, campaign.training.weights_dtype)
+        seed_lora(model, seed)  # the same adapter start whatever builds it (lora_init.py)
         # PEFT writes the base's path into every checkpoint's adapter_config.json and card: the
         # campaign's own name for it (a hub id, or a path relative to the campaign folder), so a
         # copied folder holds no path into the original.
@@ -115,16 +117,18 @@ class Session:
 
     def evaluate(
         self, model: Any, campaign: Campaign, examples: list[Any] | None = None,
-        label: str | None = None,
+        label: str | None = None, ranks: tuple[int, int, bool] | None = None,
     ) -> Any:  # fmt: skip
-        """The one evaluation procedure (V2) on the validation split unless told otherwise."""
-        from tunepilot.experiments.evaluate import evaluate
+        """The one evaluation procedure (V2) on the validation split unless told otherwise.
+        `ranks` (rank, world size, forwards are collectives) shares it over data-parallel
+        ranks, each of which ends with the whole result (evaluate_sharded.py)."""
+        from tunepilot.experiments.evaluate_sharded import evaluate_on_ranks
 
         encoded = self.encoded(campaign)
         split = examples if examples is not None else encoded.prepared.splits["validation"]
         t = campaign.training
-        result = evaluate(model, encoded.encoder, split, t.eval_batch_size, t.max_new_tokens,
-                          device=_device_of(model), label=label)  # fmt: skip
+        result = evaluate_on_ranks(model, encoded.encoder, split, t.eval_batch_size,
+                                   t.max_new_tokens, _device_of(model), label, ranks)  # fmt: skip
         # what this encoding did to the training answers, judged by compare (S6)
         result.metrics["train_answers_cut"] = sum(e.target_truncated for e in encoded.train)
         return result
@@ -154,8 +158,10 @@ def model_kind(campaign: Campaign) -> str:
 
 def run_campaign_for(ws: Workspace, variant: str, seed: int) -> Campaign:
     """The campaign a run trains: the variant's overrides, then its seed."""
+    from tunepilot.train.runtime import on_this_machine
+
     campaign = variant_campaign(ws.campaign, variant)
-    training = campaign.training.model_copy(update={"seed": seed})
+    training = on_this_machine(campaign.training).model_copy(update={"seed": seed})
     return campaign.model_copy(update={"training": training})
 
 
@@ -168,8 +174,12 @@ def write_run_files(run_dir: Path, campaign: Campaign, extra: dict[str, Any]) ->
     (run_dir / "config.resolved.yaml").write_text(
         yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8"
     )
+    from tunepilot.model.base_dtype import default_device_type
+    from tunepilot.train.runtime import runtime_record
+
     env = fingerprint()
     env["campaign_git_commit"] = git_commit(run_dir.parent.parent)
+    env["runtime"] = runtime_record(campaign.training, default_device_type())  # the choices
     (run_dir / "env.json").write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
 
 
@@ -234,10 +244,9 @@ def execute_run(
         variant, seed, run_id = row.variant, row.seed, row.id
         resume_from = resume_source(ws, run_id, ledger.run_folder(row), from_step)
     campaign = run_campaign_for(ws, variant, seed)
-    if campaign.model.base_dtype:  # refused before an id is reserved: a retry would fail alike
-        from tunepilot.model.base_dtype import require_quantization_backend
+    from tunepilot.train.runtime import require_backends
 
-        require_quantization_backend(campaign.model.base_dtype)
+    require_backends(campaign.model, campaign.training)  # before an id is reserved
     encoded = session.encoded(campaign)
     data_version = encoded.prepared.version
     if resume_run_id is None:  # the id and its runs row land in one transaction

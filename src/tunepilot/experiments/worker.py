@@ -66,11 +66,17 @@ def distributed_campaign(
     ws: Workspace, variant: str, seed: int, strategy: str, world_size: int
 ) -> Campaign:
     """The variant's campaign with its seed and the distribution that really runs it."""
+    from tunepilot.campaign.optimizer_rules import optimizer_problems
     from tunepilot.campaign.schema import Distributed
+    from tunepilot.errors import InputError, Problem
 
     campaign = run_campaign_for(ws, variant, seed)
     distributed = Distributed(strategy=strategy, nproc=world_size)  # type: ignore[arg-type]
     training = campaign.training.model_copy(update={"distributed": distributed})
+    problems = optimizer_problems(training)  # the schema's rules, for what --strategy chose
+    if problems:
+        raise InputError([Problem("training", p, "change the settings as the sentence says")
+                          for p in problems], title="cannot train with replicas so")  # fmt: skip
     return campaign.model_copy(update={"training": training})
 
 
@@ -129,16 +135,17 @@ def execute_distributed_run(
 
         last_eval: list[Any] = []
 
-        def evaluate_point(model: Any) -> dict[str, Any]:  # every rank joins, rank 0 shows it
+        def evaluate_point(model: Any) -> dict[str, Any]:  # every rank its share (B3, B4)
             label = f"validation of {run_id}" if ctx.is_main and progress is not False else None
-            last_eval[:] = [session.evaluate(model, campaign, label=label)]
+            ranks = (ctx.rank, ctx.world_size, is_fully_sharded(model))
+            last_eval[:] = [session.evaluate(model, campaign, label=label, ranks=ranks)]
             return last_eval[0].metrics
 
         previous = _record_sigterm() if ctx.is_main else None
         try:
             phases = PhaseLog.for_run(run_dir, ctx.device, ctx.rank, ctx.world_size)  # S5
             with phases.phase("load"):
-                model = wrap_model(session.build_model(campaign, seed), strategy, ctx)
+                model = _build_wrapped(session, campaign, seed, strategy, ctx)
             result = train(
                 model, encoded.train, t, run_dir, kind=model_kind(campaign),  # type: ignore[arg-type]
                 pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point,
@@ -149,7 +156,7 @@ def execute_distributed_run(
                 ) if ctx.is_main else (),
             )  # fmt: skip
             status = LEDGER_STATUS[result.status]
-            if status == "completed" and not last_eval and (ctx.is_main or is_fully_sharded(model)):
+            if status == "completed" and not last_eval:  # every rank evaluates its share
                 evaluate_point(model if is_fully_sharded(model) else unwrap(model))
         except (KeyboardInterrupt, _Terminated) as stop:
             if ledger is not None:
@@ -182,6 +189,18 @@ def execute_distributed_run(
     return RunOutcome(
         run_id, status, reason, result.updates, run_dir, metrics, result.update_seconds
     )
+
+
+def _build_wrapped(session: Session, campaign: Campaign, seed: int, strategy: str,
+                   ctx: DistContext) -> Any:  # fmt: skip
+    """The rank's model: FSDP shards built before the weights are read for a causal LM
+    (sharded_build.py), else the whole model loaded, then wrapped (DDP, or FSDP)."""
+    if strategy == "fsdp" and model_kind(campaign) == "causal_lm":
+        from tunepilot.train.sharded_build import build_sharded_model
+
+        return build_sharded_model(campaign, session.ws.model_source, ctx, seed,
+                                   getattr(session.ws.tokenizer, "pad_token_id", None))  # fmt: skip
+    return wrap_model(session.build_model(campaign, seed), strategy, ctx)
 
 
 def _start(

@@ -173,12 +173,11 @@ def _torch_info() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     devices: list[dict[str, Any]] = []
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
+            # Properties are read without making the device current: entering each GPU (as
+            # `torch.cuda.device(index)` does) would create a CUDA context, ~500 MiB, on
+            # every card the process sees, also on the ones other ranks train on.
             props = torch.cuda.get_device_properties(index)
-            with torch.cuda.device(index):
-                try:
-                    bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
-                except TypeError:  # older torch without the keyword
-                    bf16 = torch.cuda.is_bf16_supported()
+            bf16 = bool(hip) or props.major >= 8  # native bf16: Ampere (8.0) and later; ROCm
             devices.append(
                 {
                     "index": index,

@@ -7,7 +7,8 @@ fp32 on CPU (bit-identical to earlier runs), bf16 on a CUDA GPU that has bf16. `
 `BitsAndBytesConfig` (the QLoRA recipe: nf4, double quantization, bf16 compute); that
 training needs CUDA, so elsewhere it is refused with the way forward (`tunepilot size` still
 sizes it). Whatever the base, trained weights (LoRA, modules_to_save, full fine-tuning) are
-kept in fp32: AdamW updates smaller than a bf16 ulp would otherwise vanish.
+kept in `training.weights_dtype`: fp32 by default (AdamW updates smaller than a bf16 ulp would
+otherwise vanish), bf16 for pure bf16 training.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ def resolve_base_dtype(requested: str | None, device_type: str | None = None) ->
     `device_type` None means "the device this process trains on": cuda when one is visible.
     """
     if device_type is None:
-        device_type = _default_device_type()
+        device_type = default_device_type()
     if requested is not None:
         return requested, f"base weights in {requested} (model.base_dtype)"
-    if device_type == "cuda" and _cuda_has_bf16():
+    if device_type == "cuda" and cuda_has_bf16():
         return "bf16", "base weights in bf16 (model.base_dtype unset: bf16 on this CUDA GPU)"
     return "fp32", f"base weights in fp32 (model.base_dtype unset: fp32 on {device_type})"
 
@@ -42,11 +43,18 @@ def torch_dtype(name: str) -> Any:
     return getattr(torch, _TORCH_NAMES.get(name, "bfloat16"))
 
 
-def quantization_config(name: str) -> Any:
-    """transformers' BitsAndBytesConfig for nf4 (QLoRA) or int8, None for a plain dtype."""
+def quant_compute_dtype(device_type: str | None = None) -> str:
+    """What a quantized base computes in: bf16 (QLoRA's choice), fp16 on a CUDA card without
+    bf16 (T4, V100), where bf16 kernels are emulated or refused."""
+    device_type = device_type or default_device_type()
+    return "fp16" if device_type == "cuda" and not cuda_has_bf16() else "bf16"
+
+
+def quantization_config(name: str, compute: str = "bf16") -> Any:
+    """transformers' BitsAndBytesConfig for nf4 (QLoRA) or int8, None for a plain dtype;
+    `compute` is the dtype the dequantized matmuls run in (`quant_compute_dtype`)."""
     if name not in QUANTIZED:
         return None
-    import torch
     from transformers import BitsAndBytesConfig
 
     if name == "nf4":
@@ -54,7 +62,7 @@ def quantization_config(name: str) -> Any:
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_compute_dtype=torch_dtype(compute),
         )
     return BitsAndBytesConfig(load_in_8bit=True)
 
@@ -64,7 +72,7 @@ def require_quantization_backend(name: str, device_type: str | None = None) -> N
     on a GPU without bitsandbytes installed (transformers would stop with an ImportError)."""
     if name not in QUANTIZED:
         return
-    device_type = device_type or _default_device_type()
+    device_type = device_type or default_device_type()
     if device_type == "cuda":
         import importlib.util
 
@@ -87,19 +95,23 @@ def require_quantization_backend(name: str, device_type: str | None = None) -> N
     )
 
 
-def keep_trainable_fp32(model: Any) -> list[str]:
-    """Cast every trainable parameter that is not fp32 to fp32, in place; notes say which."""
-    import torch
+def keep_trainable_in(model: Any, weights_dtype: str = "fp32") -> list[str]:
+    """Cast every trainable parameter to `training.weights_dtype` (fp32 or bf16), in place;
+    notes say which. fp32 is the default: AdamW updates smaller than a bf16 ulp would vanish.
+    bf16 is pure bf16 training (the trained weights, their gradients and torch AdamW's state
+    in bf16), the recipe torchtune's full fine-tunes use."""
 
+    dtype = torch_dtype(weights_dtype)
     moved = []
     for name, param in model.named_parameters():
-        if param.requires_grad and param.dtype != torch.float32:
-            param.data = param.data.to(torch.float32)
+        if param.requires_grad and param.dtype != dtype:
+            param.data = param.data.to(dtype)
             moved.append(name)
     if not moved:
         return []
-    return [f"{len(moved)} trainable tensors kept in fp32 over a lower-precision base "
-            f"(e.g. {moved[0]})"]  # fmt: skip
+    why = ("over a lower-precision base" if weights_dtype == "fp32"
+           else "(training.weights_dtype=bf16)")  # fmt: skip
+    return [f"{len(moved)} trainable tensors kept in {weights_dtype} {why} (e.g. {moved[0]})"]
 
 
 def low_precision_base(model: Any) -> Any:
@@ -171,13 +183,15 @@ def _bridge(module: Any, base: Any) -> None:
     module.register_forward_hook(after, with_kwargs=True)
 
 
-def _default_device_type() -> str:
+def default_device_type() -> str:
+    """cuda when this process sees a CUDA GPU, else cpu: the device a run here trains on."""
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _cuda_has_bf16() -> bool:
+def cuda_has_bf16() -> bool:
+    """Whether this machine's current CUDA card computes in bf16 natively."""
     import torch
 
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
@@ -206,9 +220,10 @@ def exercise_bitsandbytes(name: str, device: Any) -> tuple[bool, str]:
     )  # fmt: skip
     try:
         if name == "nf4":
-            layer = bnb.nn.Linear4bit(64, 64, bias=False, compute_dtype=torch.bfloat16,
+            compute = torch_dtype(quant_compute_dtype("cuda"))  # fp16 on a card without bf16
+            layer = bnb.nn.Linear4bit(64, 64, bias=False, compute_dtype=compute,
                                       quant_type="nf4").to(device)  # fmt: skip
-            x = torch.randn(4, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
+            x = torch.randn(4, 64, device=device, dtype=compute, requires_grad=True)
         else:
             layer = bnb.nn.Linear8bitLt(64, 64, bias=False, has_fp16_weights=False).to(device)
             x = torch.randn(4, 64, device=device, dtype=torch.float16, requires_grad=True)

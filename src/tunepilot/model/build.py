@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from tunepilot.campaign import ModelSettings
 from tunepilot.errors import InputError, Problem, input_error
+from tunepilot.model.activation_checkpointing import enable_activation_checkpointing
 from tunepilot.model.base import ModelSource
 from tunepilot.model.processors import quiet_transformers
 from tunepilot.model.setup_checks import (
@@ -29,7 +30,8 @@ from tunepilot.model.setup_checks import (
     check_target_modules,
     linear_module_names,
 )
-from tunepilot.verdict import Finding, Verdict
+from tunepilot.model.setup_failure import SetupFailure
+from tunepilot.verdict import Verdict
 
 __all__ = [
     "AUTO_CLASSES", "LoadedModel", "SetupFailure", "apply_method", "auto_class",
@@ -47,22 +49,6 @@ AUTO_CLASSES: dict[str, str] = {
 }
 """The transformers Auto class per model kind; export writes the same name into bundle.json."""
 PEFT_TASK_TYPES = {"classification": "SEQ_CLS", "causal_lm": "CAUSAL_LM"}
-
-
-class SetupFailure(InputError):
-    """A model set-up that would train silently wrong; carries the FAIL finding and its fix.
-
-    It is bad input (the campaign's `key` asks for it), so every command reports it like any
-    other: the key, what was seen and the fix, exit 2. The pilot turns it into a FAIL gate.
-    """
-
-    def __init__(self, finding: Finding, key: str = "model") -> None:
-        self.finding = finding
-        super().__init__(
-            [Problem(key, finding.sentence,
-                     finding.details.get("fix") or f"change {key} as the sentence says")],
-            title="model set-up refused",
-        )
 
 
 @dataclass
@@ -137,17 +123,22 @@ def load_model(
     from transformers import AutoConfig
 
     from tunepilot.model.base_dtype import (
+        quant_compute_dtype,
         quantization_config,
         require_quantization_backend,
         resolve_base_dtype,
+        torch_dtype,
     )
 
     base_dtype, dtype_note = resolve_base_dtype(settings.base_dtype, device_type)
     require_quantization_backend(base_dtype, device_type)
     kwargs = _build_kwargs(settings, task_kind, label_names, base_dtype)
     kwargs |= {"use_safetensors": True, "output_loading_info": True}
-    if (quantization := quantization_config(base_dtype)) is not None:
+    compute = quant_compute_dtype(device_type)  # bf16, or fp16 on a card without bf16
+    if (quantization := quantization_config(base_dtype, compute)) is not None:
         kwargs["quantization_config"] = quantization
+        kwargs["dtype"] = torch_dtype(compute)
+        dtype_note += f"; {base_dtype} computes in {compute}"
     saved_labels = None
     if task_kind != "causal_lm":
         saved_labels = _checkpoint_labels(
@@ -203,6 +194,7 @@ def build_from_config(
     label_names: list[str] | None = None,
     base_dtype: str = "fp32",
     pad_token_id: int | None = None,
+    real_buffers: bool = False,
 ) -> LoadedModel:
     """The campaign's base built from its config.json alone, on meta tensors: no weight is
     read and no memory is used, yet every module, shape and dtype is the one `load_model`
@@ -211,7 +203,9 @@ def build_from_config(
     `config` is config.json as a dict (the caller may shrink `num_hidden_layers`). A
     classification head that the checkpoint would not hold (a causal-LM or encoder
     checkpoint) is reported as new, as loading would find it. nf4/int8 build the bf16 compute
-    model; sizing accounts for the quantized storage.
+    model; sizing accounts for the quantized storage. `real_buffers` keeps the buffers the
+    config computes (rotary frequencies) as real tensors and only the parameters on meta
+    (accelerate's `init_empty_weights`): what FSDP from meta builds before filling its shards.
     """
     import torch
 
@@ -223,7 +217,13 @@ def build_from_config(
     model_type = values.pop("model_type", None)
     hf_config = transformers_config(model_type, {**values, **kwargs}, str(source.path))
     try:
-        with torch.device("meta"), quiet_transformers():
+        if real_buffers:
+            from accelerate import init_empty_weights
+
+            empty: Any = init_empty_weights(include_buffers=False)
+        else:
+            empty = torch.device("meta")
+        with empty, quiet_transformers():
             model = auto_class(task_kind).from_config(
                 hf_config, dtype=dtype, trust_remote_code=settings.trust_remote_code
             )
@@ -300,15 +300,18 @@ def _loaded(
                        base_dtype)  # fmt: skip
 
 
-def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
+def apply_method(
+    loaded: LoadedModel, settings: ModelSettings, weights_dtype: str = "fp32"
+) -> Any:
     """Full fine-tuning (every parameter trainable) or LoRA (peft), checked before and after.
 
     Raises SetupFailure when a target pattern matches nothing or a new head stays frozen. LoRA
     injects its layers into `loaded.model` in place, so after a SetupFailure load again.
     Over an nf4/int8 base, peft's `prepare_model_for_kbit_training` runs first, as peft
-    documents for QLoRA; trained weights end in fp32 whatever `model.base_dtype` is.
+    documents for QLoRA; trained weights end in `weights_dtype` (training.weights_dtype)
+    whatever `model.base_dtype` is.
     """
-    from tunepilot.model.base_dtype import bridge_trained_modules, keep_trainable_fp32
+    from tunepilot.model.base_dtype import bridge_trained_modules, keep_trainable_in
 
     model = loaded.model
     if getattr(model, "is_quantized", False):
@@ -345,50 +348,9 @@ def apply_method(loaded: LoadedModel, settings: ModelSettings) -> Any:
     head_check = check_new_head_trainable(model, loaded.new_keys)
     if head_check.verdict is Verdict.FAIL:
         raise SetupFailure(head_check, "model.lora.modules_to_save")
-    loaded.notes += keep_trainable_fp32(model)
+    loaded.notes += keep_trainable_in(model, weights_dtype)
     loaded.notes += bridge_trained_modules(model)
     return model
-
-
-def enable_activation_checkpointing(model: Any, context_fn: Any = None) -> list[str]:
-    """Recompute activations in backward (S3), non-reentrant; returns notes.
-
-    Non-reentrant checkpointing propagates gradients even when the checkpointed block's inputs
-    do not require grad (frozen embeddings under LoRA); input grads are still enabled under
-    peft because some remote-code models use reentrant checkpointing regardless.
-    `context_fn` is `torch.utils.checkpoint`'s own hook (contexts for the forward and the
-    recompute): a run passes none; the dry run passes one that replays autocast's casts at
-    recompute on meta tensors, which torch's autocast cannot see.
-    """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if not getattr(base, "supports_gradient_checkpointing", False):
-        raise SetupFailure(
-            Finding(
-                "activation-checkpointing",
-                Verdict.FAIL,
-                f"{type(base).__name__} does not support activation checkpointing; set "
-                "training.activation_checkpointing=false",
-                "S3",
-            ),
-            "training.activation_checkpointing",
-        )
-    kwargs: dict[str, Any] = {"use_reentrant": False}
-    if context_fn is not None:
-        kwargs["context_fn"] = context_fn
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5
-            base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    notes = [f"activation checkpointing on ({type(base).__name__}, non-reentrant)"]
-    if base is not model and hasattr(base, "enable_input_require_grads"):
-        base.enable_input_require_grads()
-        notes.append("input embeddings emit grads (frozen embeddings under LoRA)")
-    if getattr(base.config, "use_cache", False):
-        base.config.use_cache = False  # a KV cache is useless in training and breaks recompute
-        notes.append("config.use_cache set to False")
-    return notes
 
 
 # --------------------------------------------------------------------------------------------

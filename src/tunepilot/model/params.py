@@ -258,6 +258,7 @@ def update_audit(
                     "the loss does not reach them: freeze them or connect them"
                     if no_grad
                     else "their gradients are zero or too small for the learning rate"
+                    + _half_ulp_note(params, still)
                 ),
                 "P3",
                 examples=still[:20],
@@ -285,3 +286,14 @@ def update_audit(
             Finding("update-finite-loss", Verdict.FAIL, f"non-finite loss {losses}", "P3")
         )
     return findings
+
+
+def _half_ulp_note(params: dict[str, Any], still: list[str]) -> str:
+    """Why a bf16 weight stands still: an update under half its ulp rounds away."""
+    import torch
+
+    if not any(params[n].dtype == torch.bfloat16 for n in still):
+        return ""
+    return ("; these are bf16 weights (training.weights_dtype=bf16): an update under half a "
+            "bf16 ulp of the weight rounds away (a weight of 1.0 moves only by 0.004 or more); "
+            "a larger lr, or training.weights_dtype=fp32, moves them")

@@ -117,12 +117,16 @@ def new_state(
 
     from tunepilot.campaign.variants import CONTROL
     from tunepilot.experiments.runner import run_campaign_for
+    from tunepilot.train.optimizer import require_optimizer_backend
 
     seed = ws.campaign.seeds[0] if ws.campaign.seeds else ws.campaign.training.seed
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     probe = MemoryProbe.for_device(device, tensors=tensors)
     campaign = run_campaign_for(ws, CONTROL, seed)
+    # An 8-bit optimizer on CPU is bad input (exit 2, the fix), as for `run`; an nf4 base
+    # stays the platform gate's FAIL, which exercises bitsandbytes itself.
+    require_optimizer_backend(campaign.training.optimizer, device.type)
     return PilotState(ws, pilot_id, folder, campaign, seed, device, probe, hooks or PilotHooks())
 
 

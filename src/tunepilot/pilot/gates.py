@@ -31,10 +31,14 @@ time and peak are reported separately and left out of the steady median (S4)."""
 DIVERGING = 2.0
 """The steady updates repeat the first update's examples: a loss that more than doubles on the
 same examples within a few updates means the learning rate overshoots."""
-ACCUMULATION_RTOL = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2}
+ACCUMULATION_RTOL = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2, "bf16 weights": 5e-2}
 """Largest gradient difference allowed between microbatch x accumulation and one batch of the
 same examples, relative to the largest gradient: float summation order (and padding width)
-differ between the two; half-precision autocast rounds far more."""
+differ between the two; half-precision autocast rounds far more, and bf16 trained weights most
+(every matmul of the forward in bf16, and the gradient summed in bf16 over the microbatches:
+the tiny Llama measured 1.7e-2 and 2.3e-2). A normalisation error (a mean per microbatch)
+shows as the relative spread of the microbatches' target counts, which the looser bounds
+catch only when that spread exceeds them."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,7 +148,12 @@ def update_audit_gate(state: PilotState) -> Outcome:
         logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
         return summed_loss(logits, batch["labels"], kind) / count_targets(batch, kind)
 
-    findings = update_audit(state.model, batch_loss, lambda m: make_optimizer(m, t), updates=2)
+    # The audit reads every gradient after backward: with the step in backward they are freed
+    # in the hooks, so it steps the same optimizer after backward (which parameters move is
+    # the same either way); the gates below time and size the configured step.
+    audited = t.model_copy(update={"optimizer_in_backward": False})
+    findings = update_audit(state.model, batch_loss, lambda m: make_optimizer(m, audited),
+                            updates=2)  # fmt: skip
     which = ", ".join(data[i].example_id for i in ids[:3])
     sentence = f"on training examples {which}: " + "; ".join(f.sentence for f in findings)
     details = {"findings": [f.to_json() for f in findings]}
@@ -259,7 +268,8 @@ def accumulation_gate(state: PilotState) -> Outcome:
     scale = max((float(g.abs().max()) for g in single.values()), default=0.0)
     common = [n for n in single if n in accumulated]
     diff = max((float((accumulated[n] - single[n]).abs().max()) for n in common), default=0.0)
-    rtol = ACCUMULATION_RTOL[t.precision]
+    rounding = "bf16 weights" if t.weights_dtype == "bf16" else t.precision
+    rtol = ACCUMULATION_RTOL[rounding]
     relative = diff / scale if scale > 0 else math.inf
     lengths = sorted({len(e.input_ids) for part in split for e in part})
     inputs = {"microbatch": mb, "accumulation": acc, "length": lengths[-1]}
@@ -279,7 +289,7 @@ def accumulation_gate(state: PilotState) -> Outcome:
     return Outcome(Verdict.PASS, f"{acc} microbatches of {mb} equal one batch of {mb * acc} on the "
                    f"same examples ({sizes}): largest gradient "
                    f"difference {relative:.1e} of the largest gradient, tolerance {rtol:.0e} in "
-                   f"{t.precision}; loss normalised by the update's target count (S2)",
+                   f"{rounding}; loss normalised by the update's target count (S2)",
                    details, inputs)  # fmt: skip
 
 

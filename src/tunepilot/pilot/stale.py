@@ -52,6 +52,7 @@ def runs_on_other_backends(runs_dir: Path, env: dict[str, Any]) -> list[str]:
         if path.is_file():
             old = json.loads(path.read_text(encoding="utf-8"))
             old.pop("campaign_git_commit", None)
+            old.pop("runtime", None)  # the campaign's choices (train/runtime.py), not the backend
             if fingerprint_diff(old, env):
                 out.append(run.name)
     return out
@@ -140,6 +141,8 @@ def exercise_extensions(state: PilotState) -> list[dict[str, Any]]:
         checks.append(_check_precision(t.precision, state.device))
     if t.distributed.strategy != "none":
         checks.append(_check_collectives(t.distributed.strategy, t.distributed.nproc, state.device))
+    if t.optimizer in ("adamw_8bit", "paged_adamw_8bit"):
+        checks.append(_check_eight_bit(t, state.device))
     if m.base_dtype in ("nf4", "int8"):
         from tunepilot.model.base_dtype import exercise_bitsandbytes
 
@@ -171,6 +174,25 @@ def _check_adamw(device: Any) -> dict[str, Any]:
                        f"fused AdamW fails here ({str(exc)[:120]}); the loop's default AdamW "
                        "ran, expect slower optimizer steps")  # fmt: skip
     return _result("fused AdamW", Verdict.PASS, "fused AdamW stepped")
+
+
+def _check_eight_bit(training: Any, device: Any) -> dict[str, Any]:
+    """One step of the campaign's bitsandbytes optimizer on this GPU: a wheel built for another
+    CUDA imports fine and fails at its first kernel (B1). The pilot refuses it off CUDA."""
+    import torch
+
+    from tunepilot.train.optimizer import optimizer_factory
+
+    name = training.optimizer
+    try:
+        p = torch.nn.Parameter(torch.ones(4096, device=device))
+        (p * p).sum().backward()
+        optimizer_factory(training, 1e-3, device.type)([p]).step()
+    except (RuntimeError, ImportError, AttributeError, TypeError) as exc:
+        return _result(name, Verdict.FAIL,
+                       f"training.optimizer={name} fails on this GPU ({str(exc)[:160]}); install "
+                       "the bitsandbytes build for this CUDA, or set training.optimizer=adamw")
+    return _result(name, Verdict.PASS, f"{name} stepped")
 
 
 def _check_attention(impl: str, device: Any) -> dict[str, Any]:

@@ -48,10 +48,11 @@ def train_update(
 
     The shape is recorded in `state.shape` first, so an out-of-memory error names it (S6).
     """
-    import torch
+    from contextlib import nullcontext
 
     from tunepilot.train.batching import collate, count_targets
     from tunepilot.train.loop import backward_update
+    from tunepilot.train.optimizer import update_norm
     from tunepilot.train.precision import autocast_and_scaler
 
     kind, device, model = state.kind, state.device, state.model
@@ -70,7 +71,15 @@ def train_update(
     if state.hooks.before_forward is not None:
         state.hooks.before_forward(state.phase)
     targets = sum(count_targets(b, kind) for b in batches)
-    loss = backward_update(model, batches, kind, targets, autocast=autocast, scaler=scaler)
+    for group in optimizer.param_groups:  # before backward: the step may run inside it
+        group["lr"] = lr
+    # With the step in backward, a pass that must not step (or must keep its gradients)
+    # turns the per-parameter hooks off (in_backward.py); other optimizers step below.
+    in_backward = hasattr(optimizer, "deferred")
+    deferred = keep_grads or not step or len(batches) > 1  # several microbatches: one step
+    held = optimizer.deferred() if in_backward and deferred else nullcontext()
+    with held:
+        loss = backward_update(model, batches, kind, targets, autocast=autocast, scaler=scaler)
     loss = float(loss) / targets
     if keep_grads:
         synchronize(device)
@@ -78,11 +87,8 @@ def train_update(
     params = [p for p in model.parameters() if p.requires_grad]
     if scaler is not None:
         scaler.unscale_(optimizer)  # once per update, so clipping sees true gradients
-    norm = float(torch.nn.utils.clip_grad_norm_(params, state.training.max_grad_norm or math.inf))
+    norm = float(update_norm(optimizer, params, state.training.max_grad_norm))
     applies = step and math.isfinite(loss) and (scaler is not None or math.isfinite(norm))
-    if applies:
-        for group in optimizer.param_groups:
-            group["lr"] = lr
     if scaler is not None:
         if applies:
             scaler.step(optimizer)  # skipped when fp16 gradients overflowed

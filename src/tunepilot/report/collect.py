@@ -26,6 +26,7 @@ from tunepilot.report.examples import changed_examples
 from tunepilot.report.limits import observed_limits
 from tunepilot.report.per_class import per_class_series
 from tunepilot.report.pictures import data_pictures
+from tunepilot.train.runtime import runtime_line
 
 ENDED_BADLY = ("diverged", "interrupted", "failed", "invalid")
 
@@ -218,7 +219,8 @@ def _env_summary(env: Any) -> dict[str, Any] | None:
     return {"python": (env.get("python") or {}).get("version"), "torch": torch.get("version"),
             "backend": torch.get("backend"), "cuda": torch.get("cuda"), "devices": devices,
             "cpu": (env.get("cpu") or {}).get("model"),
-            "packages": env.get("packages") or {}}  # fmt: skip
+            "packages": env.get("packages") or {},
+            "runtime": runtime_line(env.get("runtime"))}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,5 +395,7 @@ def _environment(
         env = r.get("env")
         if env:
             key = f"{env['torch']} / {env['backend']} / {', '.join(env['devices']) or env['cpu']}"
-            groups.setdefault(key, {"backend": key, "runs": []})["runs"].append(r["id"])
+            runtime = env.get("runtime") or ""  # precision, optimizer, TF32 (train/runtime.py)
+            groups.setdefault(key + runtime, {"backend": key, "runtime": runtime,
+                                              "runs": []})["runs"].append(r["id"])
     return {"backends": list(groups.values()), "pilot": pilot.get("env")}

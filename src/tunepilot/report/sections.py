@@ -349,6 +349,8 @@ def runs(d: dict[str, Any]) -> str:
                  "file changed between runs); compare runs only within one cfg tag (V1, V2).</p>")
     backends = d["environment"]["backends"]
     if backends:
-        said = "; ".join(f"{code(b['backend'])} ({len(b['runs'])} run(s))" for b in backends)
+        said = "; ".join(f"{code(b['backend'])}"
+                         + (f", {e(b['runtime'])}" if b.get("runtime") else "")
+                         + f" ({len(b['runs'])} run(s))" for b in backends)  # fmt: skip
         html += f"<p>Measured on: {said} (B2).</p>"
     return html

@@ -31,6 +31,9 @@ class PhaseSize:
     notes: list[str] = field(default_factory=list)
     analytical: dict[str, int] = field(default_factory=dict)  # added terms, bytes, by name
     flops_by: dict[str, int] = field(default_factory=dict)  # FLOPs per compute precision
+    # Paged optimizer state (bitsandbytes' paged 8-bit AdamW) in CUDA unified memory: outside
+    # the allocator and never in `peak`; on the GPU while there is room, else in host RAM.
+    host_paged: int = 0
 
     def flops_by_precision(self, fallback: str) -> dict[str, int]:
         """FLOPs per precision ("bf16", "fp32", ...); all in `fallback` when not split."""

@@ -174,14 +174,17 @@ class SheetInputs:
 def sheet_inputs(campaign: Any, n_train: int, n_validation: int, base_dtype: str,
                  campaign_file: str = "campaign.yaml") -> SheetInputs:  # fmt: skip
     """The configured step, updates per run (S7) and validation passes, from the campaign."""
+    from tunepilot.train.precision import resolve_precision
+
     t, d, r = campaign.training, campaign.data, campaign.rental
+    precision, _ = resolve_precision(t.precision, "cuda", bf16_supported=True)  # as sized
     replicas = t.distributed.nproc if t.distributed.strategy != "none" else 1
     plan = plan_updates(n_train, t.microbatch, t.accumulation, replicas, updates=t.budget.updates,
                         epochs=t.budget.epochs, drop_last=t.drop_last)  # fmt: skip
     total = plan.total_updates
     return SheetInputs(
         t.microbatch, t.accumulation, d.max_length, t.activation_checkpointing, base_dtype,
-        t.precision, max(1, math.ceil(n_validation / t.eval_batch_size)), total,
+        precision, max(1, math.ceil(n_validation / t.eval_batch_size)), total,
         len(campaign.variants), max(1, len(campaign.seeds)), math.ceil(total / t.eval_every),
         math.ceil(total / t.checkpoint_every) if t.checkpoint_every else 1, r.margin,
         tuple(sorted(r.packages_days)), base_unset=campaign.model.base_dtype is None,

@@ -284,7 +284,7 @@ def backward_update(
     """
     import torch
 
-    total = torch.zeros((), dtype=torch.float64)
+    total: Any = 0.0  # summed on the loss's device: reading it is the caller's one sync
     for i, batch in enumerate(microbatches):
         # Under DDP only the last microbatch's backward all-reduces the gradients.
         last = i == len(microbatches) - 1
@@ -296,5 +296,5 @@ def backward_update(
             loss = summed_loss(logits, batch["labels"], kind) * weight
             scaled = loss / normaliser
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        total += loss.detach().to(device="cpu", dtype=torch.float64)
-    return total
+        total = loss.detach().to(torch.float64) + total
+    return total if isinstance(total, torch.Tensor) else torch.zeros((), dtype=torch.float64)

@@ -137,6 +137,27 @@ def first_given_text(text: str | None, ctx: DistContext) -> str | None:
     return None if src == ctx.world_size else broadcast_text(text, ctx, src=src)
 
 
+def all_gather_text(text: str, world_size: int) -> list[str]:
+    """Every rank's `text`, in rank order, on every rank: UTF-8 bytes in CPU tensors (gloo),
+    never a pickle."""
+    if world_size == 1:
+        return [text]
+    import torch
+    import torch.distributed as dist
+
+    data = text.encode("utf-8")
+    sizes = [torch.zeros(1, dtype=torch.long) for _ in range(world_size)]
+    dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.long))
+    width = max(int(s.item()) for s in sizes)
+    mine = torch.zeros(width, dtype=torch.uint8)
+    if data:
+        mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    out = [torch.zeros(width, dtype=torch.uint8) for _ in range(world_size)]
+    dist.all_gather(out, mine)
+    return [bytes(t[: int(s.item())].tolist()).decode("utf-8") for t, s in zip(out, sizes,
+                                                                              strict=True)]
+
+
 def barrier() -> None:
     import torch.distributed as dist
 
@@ -197,6 +218,12 @@ def wrap_model(model: Any, strategy: str, ctx: DistContext) -> Any:
         ids = [ctx.local_rank] if ctx.device.startswith("cuda") else None
         return DistributedDataParallel(model, device_ids=ids)
 
+    return shard_units(model, ctx)
+
+
+def shard_units(model: Any, ctx: DistContext) -> Any:
+    """`fully_shard` the units `wrap_model` names, on the model's own device: real tensors
+    (the load-then-shard path) or meta ones (sharded_build.py: shard first, then fill)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 

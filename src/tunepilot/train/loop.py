@@ -44,8 +44,6 @@ from tunepilot.train.batching import (  # backward_update: re-exported for the p
     Kind,
     UpdateSampler,
     backward_update,
-    collate,
-    count_targets,
 )
 from tunepilot.train.checkpoint import (
     check_identity,
@@ -57,10 +55,12 @@ from tunepilot.train.checkpoint import (
     unwrap,
 )
 from tunepilot.train.distributed import all_reduce_grads, all_reduce_value, is_fully_sharded
-from tunepilot.train.optimizer import build_optimizer
+from tunepilot.train.feed import UpdateFeed
+from tunepilot.train.optimizer import build_optimizer, host_values, update_norm
 from tunepilot.train.precision import autocast_and_scaler
 from tunepilot.train.records import Records, RecordSink
 from tunepilot.train.resume_point import load_resumable, set_aside_newer
+from tunepilot.train.runtime import cuda_switches
 from tunepilot.train.schedule import lr_at
 from tunepilot.train.sharded import load_gathered_checkpoint, save_gathered_checkpoint
 from tunepilot.train.stopping import CheckpointSchedule, StopSignals
@@ -117,10 +117,11 @@ def train(
     `stop`: the caller's listener for SIGTERM/SIGINT (None: listen while training); a signal
     ends the call at the next update boundary with a checkpoint (status "stopped").
     With world_size > 1 the process group must be initialised; a DDP-wrapped or FSDP2
-    (`fully_shard`) model syncs its own gradients, a plain one is synced here. Under FSDP2
-    every rank also runs `evaluate` (its forwards are collectives). Every rank joins
-    checkpoints (its generators are saved too); rank 0 writes them. `phases` measures this
-    rank's memory in its first and a steady update, first evaluation and checkpoint (S5).
+    (`fully_shard`) model syncs its own gradients, a plain one is synced here. With replicas
+    every rank runs `evaluate` (the worker's shares the examples out, evaluate_sharded.py;
+    FSDP2's forwards are collectives anyway). Every rank joins checkpoints (its generators are
+    saved too); rank 0 writes them. `phases` measures this rank's memory in its first and a
+    steady update, first evaluation and checkpoint (S5).
     """
     import torch
 
@@ -137,6 +138,7 @@ def train(
     evaluate = phases.wrap("evaluation", evaluate) if evaluate is not None else None
     syncs_itself = is_ddp or is_fsdp
     joins = rank == 0 or is_fsdp
+    evaluates = joins or world_size > 1  # every replica evaluates its share (the worker's)
 
     # Seeds first: whatever is built below and draws random numbers must draw the same ones.
     rng.seed_everything(settings.seed + 1_000_003 * rank)
@@ -202,6 +204,7 @@ def train(
     last_loss: float | None = None
     update_seconds: list[float] = []
     bar = Progress(label, total, "updates", done=done, show=rank == 0 and progress is not False)
+    feed = UpdateFeed(sampler, train_data, kind, pad_id, device)
     schedule = CheckpointSchedule(settings.checkpoint_every)
 
     def elapsed() -> float:
@@ -222,7 +225,7 @@ def train(
         }  # fmt: skip
         keep, tick = settings.keep_last_checkpoints, time.perf_counter()
         save = save_gathered_checkpoint if is_fsdp else save_checkpoint
-        saved = save(run_dir, done, model, optimizer, sampler.state_dict(), extra, keep, generators)
+        saved = save(run_dir, done, model, optimizer, feed.state_dict(), extra, keep, generators)
         schedule.saved(time.perf_counter() - tick)
         return saved
 
@@ -234,22 +237,18 @@ def train(
     ended = "failed"  # what the trackers hear if an exception leaves the loop
     bar.start()
     records.start(done)
-    signals = stop or StopSignals()
+    signals, switches = stop or StopSignals(), cuda_switches(settings, device)  # TF32 (runtime.py)
     try:
         signals.__enter__()
+        switches.__enter__()
         while done < total:
             tick = time.perf_counter()
             phases.begin_update(done)
-            batch = sampler.next_update()
-            microbatches = [
-                {k: v.to(device) for k, v in collate([train_data[i] for i in ids], kind,
-                                                      pad_id).items()}
-                for ids in batch.microbatches or [batch.ghost or []]
-            ]  # fmt: skip
+            fed = feed.next()  # collated on the host, targets counted there (feed.py)
+            batch, microbatches = fed.batch, fed.microbatches
 
             # 1. Count the whole update's targets, on all ranks, before any forward (S2).
-            mine = sum(count_targets(m, kind) for m in microbatches) if batch.microbatches else 0
-            targets = int(all_reduce_value(float(mine), world_size))
+            targets = int(all_reduce_value(float(fed.targets), world_size))
             if targets == 0:
                 raise input_error(
                     f"update {done + 1}", "no position carries loss in this update",
@@ -259,6 +258,10 @@ def train(
 
             # 2. Forward and backward every microbatch; gradients add up in .grad. DDP and
             # FSDP average over ranks themselves, so their normaliser is the per-rank share.
+            # The lr is set first: with the step in backward each parameter steps in there.
+            lr = lr_at(done, settings, total)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
             loss_sum = backward_update(
                 model, microbatches, kind, targets / world_size if syncs_itself else targets,
                 autocast=autocast, scaler=scaler, is_ddp=is_ddp,
@@ -266,36 +269,39 @@ def train(
             )  # fmt: skip
             if world_size > 1 and not syncs_itself:
                 all_reduce_grads(params)
-            loss = all_reduce_value(float(loss_sum), world_size) / targets
             if scaler is not None:
                 scaler.unscale_(optimizer)  # once per update, so clipping sees true gradients
-            norm = torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm or math.inf)
+            norm_tensor = update_norm(optimizer, params, settings.max_grad_norm)
+            if done + 1 < total:
+                feed.prefetch()  # the next update's host work overlaps the device's
+            loss_sum, norm = host_values(loss_sum, norm_tensor)  # the update's one host sync
+            loss = all_reduce_value(loss_sum, world_size) / targets
             record: dict[str, Any] = {
-                "update": done + 1, "loss": loss, "lr": lr_at(done, settings, total),
-                "grad_norm": float(norm), "loss_tokens": targets,
+                "update": done + 1, "loss": loss, "lr": lr,
+                "grad_norm": norm, "loss_tokens": targets,
                 "examples": batch.update_examples,
                 "examples_seen": examples_seen + batch.update_examples,
                 "epoch": round(batch.epoch + (batch.index + 1) / plan.updates_per_epoch, 4),
             }  # fmt: skip
 
             # 3. Stop causes that refuse this update: it is not applied, its line is kept.
-            if not math.isfinite(loss) or (scaler is None and not math.isfinite(float(norm))):
+            if not math.isfinite(loss) or (scaler is None and not math.isfinite(norm)):
                 status = "diverged"
-                reason = f"update {done + 1}: loss {loss}, gradient norm {float(norm)}"
+                reason = f"update {done + 1}: loss {loss}, gradient norm {norm}"
             elif settings.stop.max_loss is not None and loss > settings.stop.max_loss:
                 status = "stopped_loss_bound"
                 reason = f"update {done + 1}: loss {loss:.4g} > stop.max_loss"
             if status != "completed":
-                reason += "; the update was not applied"
+                reason += ("; the update was already applied in backward "
+                           "(training.optimizer_in_backward)" if settings.optimizer_in_backward
+                           else "; the update was not applied")  # fmt: skip
                 record.update(stopped=status, seconds=round(elapsed(), 3))
                 records.update(record)
                 optimizer.zero_grad(set_to_none=True)
                 break
 
-            # 4. Apply it at this update's lr (a pure function of the index: resume needs
-            # nothing else).
-            for group in optimizer.param_groups:
-                group["lr"] = record["lr"]
+            # 4. Apply it at this update's lr, set above (a pure function of the index: resume
+            # needs nothing else).
             if scaler is not None:
                 scale = scaler.get_scale()
                 scaler.step(optimizer)  # skipped when fp16 gradients overflowed
@@ -305,8 +311,8 @@ def train(
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             done, examples_seen, last_loss = done + 1, examples_seen + batch.update_examples, loss
-            if device.type == "cuda":
-                torch.cuda.synchronize()  # the clock must see the work, not its launch
+            # No device sync for the clock: on CUDA the time from one update's host sync to
+            # the next is the device's, the optimizer step landing in the next update's span.
             update_seconds.append(time.perf_counter() - tick)
             phases.end()
             record.update(seconds=round(elapsed(), 3), update_seconds=round(update_seconds[-1], 4))
@@ -317,7 +323,7 @@ def train(
 
             # 5. Evaluate and checkpoint on their schedules (rank 0 holds the files). The
             # automatic schedule reads the clock, so replicas decide together.
-            if evaluate is not None and joins and done % settings.eval_every == 0:
+            if evaluate is not None and evaluates and done % settings.eval_every == 0:
                 _evaluate(model, evaluate, records, done)
             if all_reduce_value(float(schedule.due(done, update_seconds[-1])), world_size):
                 last_checkpoint = checkpoint()
@@ -340,13 +346,14 @@ def train(
         # A diverged run keeps its weights from before the bad update but saves nothing.
         if status != "diverged":
             last_eval_due = status not in ("paused", "stopped") and done % settings.eval_every
-            if evaluate is not None and joins and last_eval_due:
+            if evaluate is not None and evaluates and last_eval_due:
                 _evaluate(model, evaluate, records, done)
             if last_checkpoint is None or last_checkpoint.name != f"step-{done:06d}":
                 last_checkpoint = checkpoint()
         ended = status
     finally:
         phases.close()
+        switches.__exit__(None, None, None)
         signals.__exit__(None, None, None)
         bar.stop(ended)
         records.close(ended)

@@ -76,7 +76,7 @@ def check_steps(
     loaded = load_model(ws.model_source, shape.kind, shape.settings, shape.label_names,
                         pad_token_id=getattr(ws.tokenizer, "pad_token_id", None),
                         device_type=device)  # fmt: skip
-    model = apply_method(loaded, shape.settings)
+    model = apply_method(loaded, shape.settings, shape.training.weights_dtype)
     if shape.activation_checkpointing:
         enable_activation_checkpointing(model)
     model.to(device).train()

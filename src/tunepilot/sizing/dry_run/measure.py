@@ -27,6 +27,7 @@ class Measured:
     total: int
     built: str  # the class the run builds (the task's head on the config's architecture)
     quantized: int = 0  # elements of the quantized frozen weights (nf4/int8 bases)
+    trainable_bytes: int = 0  # the trained weights as stored (training.weights_dtype)
 
 
 def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tuple[Any, Any]:
@@ -49,7 +50,8 @@ def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tup
         config, source, shape.kind, settings, shape.label_names, shape.base_dtype,
         pad_token_id=config.get("pad_token_id") or 0,
     )  # fmt: skip
-    model = apply_method(loaded, settings)  # a SetupFailure is bad input: exit 2, the key
+    # a SetupFailure is bad input: exit 2, the key
+    model = apply_method(loaded, settings, shape.training.weights_dtype)
     if shape.activation_checkpointing:
         enable_activation_checkpointing(model, context_fn=recompute_contexts(shape))
     model.train()
@@ -58,9 +60,9 @@ def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tup
 
 def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measured:
     """Every phase of the model with `blocks` blocks, as live bytes and FLOPs."""
+    from tunepilot.sizing.dry_run.optimizers import dry_run_optimizer, paged_bytes
     from tunepilot.sizing.dry_run.quant import QuantizedStorage
     from tunepilot.sizing.dry_run.tracker import StorageTracker, model_roles
-    from tunepilot.train.optimizer import build_optimizer
 
     model, _ = build_meta_model(arch, shape, blocks)
     quant = QuantizedStorage.of(model, shape.base_dtype)
@@ -68,7 +70,7 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
     for name, param in model.named_parameters():
         tracker.track_sized(param, quant.bytes_of(name, param))
     tracker.track(model.buffers())
-    optimizer = build_optimizer(model, shape.training, foreach=shape.device == "cuda")
+    optimizer = dry_run_optimizer(model, shape.training)
     extra = (
         {"cuBLAS workspace (CUDA, analytical)": CUBLAS_WORKSPACE} if shape.device == "cuda" else {}
     )
@@ -83,6 +85,7 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
             inputs = shape.inputs(shape.microbatch, shape.length)
             phases[name] = _phase(name, tracker.breakdown(roles), flops_now(tracker) - before,
                                   extra, inputs, quant.notes)  # fmt: skip
+            phases[name].host_paged = paged_bytes(optimizer)
             optimizer.zero_grad(set_to_none=True)
         phases |= _forward_phase(
             "evaluation", model, optimizer, shape, tracker, extra,
@@ -100,10 +103,12 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
             ["the adapter is written from host copies; the control outputs are one "
              "forward per example, sized at batch 1 x the longest length"],
         )  # fmt: skip
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    trainable = sum(p.numel() for p in trained)
     total = sum(p.numel() for p in model.parameters())
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return Measured(phases, trainable, total, type(base).__name__, quant.quantized_elements)
+    return Measured(phases, trainable, total, type(base).__name__, quant.quantized_elements,
+                    sum(p.numel() * p.element_size() for p in trained))
 
 
 def make_batch(shape: Shape, batch: int, length: int, device: str = "meta",
@@ -170,11 +175,8 @@ def train_step(
 
     The dry run runs it on meta tensors; `dry_run.check` runs it on real ones to compare.
     """
-    import math
-
-    import torch
-
     from tunepilot.train.batching import summed_loss
+    from tunepilot.train.optimizer import update_norm
 
     tracker.region = "forward"
     batch = make_batch(shape, shape.microbatch, shape.length, device, vocab)
@@ -187,8 +189,8 @@ def train_step(
     del loss, batch
     tracker.region = "optimizer"
     params = [p for p in model.parameters() if p.requires_grad]
-    torch.nn.utils.clip_grad_norm_(params, shape.training.max_grad_norm or math.inf)
-    optimizer.step()
+    update_norm(optimizer, params, shape.training.max_grad_norm)
+    optimizer.step()  # nothing left to do when the step ran in backward
     tracker.region = "setup"
 
 

@@ -72,6 +72,8 @@ class DryRun:
     mean_length: float | None = None  # mean padded tokens per training example (the data's)
     mean_eval_length: float | None = None  # mean tokens per validation example (the data's)
     lengths_source: str | None = None  # which tokenizer measured the data; None: max_length
+    trainable_bytes: int = 0  # trained weights as stored: 2 per weight in bf16, 4 in fp32
+    block_bytes: int = 0  # the weights of one decoder block (what FSDP gathers at a time)
 
     def peak(self) -> PhaseSize:
         """The phase with the highest peak."""
@@ -158,6 +160,9 @@ def dry_run(
         mean_length=shape.lengths.mean_train if shape.lengths else None,
         mean_eval_length=shape.lengths.mean_eval if shape.lengths else None,
         lengths_source=shape.lengths.source if shape.lengths else None,
+        trainable_bytes=_line(m1.trainable_bytes, m2.trainable_bytes, layers - a),
+        block_bytes=max(0, m2.phases["steady step"].weights - m1.phases["steady step"].weights)
+        if blocks[1] != blocks[0] else 0,
     )
 
 
@@ -203,4 +208,5 @@ def _extrapolate(p1: PhaseSize, p2: PhaseSize, more: int) -> PhaseSize:
                 for k in sorted({**p1.flops_by, **p2.flops_by})}  # fmt: skip
     peak = sum(v for k, v in parts.items() if k != "flops")
     return PhaseSize(p1.phase, **parts, peak=peak, inputs=p1.inputs, notes=p1.notes,
-                     analytical=analytical, flops_by=flops_by)  # fmt: skip
+                     analytical=analytical, flops_by=flops_by,
+                     host_paged=_line(p1.host_paged, p2.host_paged, more))  # fmt: skip

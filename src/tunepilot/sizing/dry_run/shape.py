@@ -56,6 +56,7 @@ class Shape:
     ) -> Shape:  # fmt: skip
         from tunepilot.model.base_dtype import BASE_DTYPES
         from tunepilot.sizing.dry_run.attention import ATTENTION_KINDS, SENTENCES
+        from tunepilot.train.precision import resolve_precision
 
         c = ws.campaign
         t, m = c.training, c.model
@@ -115,9 +116,13 @@ class Shape:
                 "UPPER BOUND"
             )  # fmt: skip
             notes.append(f"sequences sized at {length} tokens ({why}); evaluation the same")
-        if c.training.precision != "fp32":
+        precision, said = resolve_precision(t.precision, device, bf16_supported=True)
+        if t.precision is None:
+            notes.append(f"{said} (sized for a card with bf16)")
+            t = t.model_copy(update={"precision": precision})
+        if t.precision != "fp32":
             notes.append(
-                f"training.precision={c.training.precision}: the forward sized with the casts "
+                f"training.precision={t.precision}: the forward sized with the casts "
                 f"torch.autocast makes on {device} (its operator lists, replayed on meta "
                 "tensors); evaluation without autocast, as evaluate runs it"
             )
