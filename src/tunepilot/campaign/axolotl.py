@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from tunepilot.campaign.checks import hub_id_form
-from tunepilot.campaign.loading import read_yaml
+from tunepilot.campaign.yaml_reader import read_yaml
 from tunepilot.errors import InputError, Problem, input_error
 
 # axolotl key -> campaign key (dotted), for values that carry over unchanged.
