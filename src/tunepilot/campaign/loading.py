@@ -14,7 +14,6 @@ from tunepilot.campaign.schema import Campaign, Strict
 from tunepilot.campaign.yaml_reader import UniqueKeyLoader, key_lines, read_yaml
 from tunepilot.errors import InputError, Problem, input_error
 
-
 # --------------------------------------------------------------------------------------------
 # loading, overrides, errors that name the key and the fix
 # --------------------------------------------------------------------------------------------
