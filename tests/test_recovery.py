@@ -439,3 +439,19 @@ def test_r1_r4_resume_expect_pins_a_checkpoint_and_refuses_an_edited_one(
     assert run_flow.resume_any(ws, run_id, None, True, expect=pins["step-000002"].upper()) == 0
     with Ledger.open(ws.ledger_path) as ledger:
         assert losses(ledger, run_id) == reference
+
+
+def test_1_the_ledger_records_reasons_relative_to_the_campaign_folder(
+    campaign: Path, reference: list[float], tmp_path: Path
+) -> None:
+    """A paused run's reason said "continue with `tunepilot resume RUN /abs/X/campaign.yaml`":
+    in a copied folder it pointed at the original. Every recorded reason is relative."""
+    ws = Workspace.open(campaign)
+    run_id = paused_run(ws, 2)
+    copy = tmp_path / "Y"
+    shutil.copytree(campaign.parent, copy, symlinks=True)
+    with Ledger.open(copy / "tunepilot.db") as ledger:
+        reasons = [s.reason for r in ledger.list_runs() for s in ledger.status_history(r.id)]
+        paused = ledger.get_run(run_id).reason
+    assert f"continue with `tunepilot resume {run_id} campaign.yaml`" in paused
+    assert [r for r in reasons if str(campaign.parent) in (r or "")] == []

@@ -77,7 +77,7 @@ class Session:
 
         key = stable_hash([campaign.data.model_dump(mode="json"), campaign.model.name_or_path])
         if key not in self._encodings:
-            self._refuse_beyond_positions(campaign)
+            self.ws.refuse_beyond_positions(campaign.data.max_length)  # S6, before an id
             prepared = (
                 self.ws.prepare()
                 if campaign.data == self.ws.campaign.data
@@ -91,23 +91,6 @@ class Session:
             validation = [encoder.encode(e) for e in prepared.splits["validation"]]
             self._encodings[key] = Encoded(prepared, encoder, train, validation)
         return self._encodings[key]
-
-    def _refuse_beyond_positions(self, campaign: Campaign) -> None:
-        """`validate`'s S6 check, on the model actually resolved: a max_length beyond its
-        positions is exit 2 here, whichever split holds the long text (a test-only one would
-        pass training and crash the sealed test)."""
-        from tunepilot.campaign.checks import beyond_positions
-        from tunepilot.errors import InputError
-
-        config_file = Path(self.ws.model_source.path) / "config.json"
-        try:
-            config = self.ws.model_config()
-        except ValueError:  # loading the model names an unreadable config.json in its words
-            return
-        problems = beyond_positions({"data.max_length": campaign.data.max_length}, config,
-                                    config_file)  # fmt: skip
-        if problems:
-            raise InputError(problems, title=f"invalid campaign {self.ws.campaign_file}")
 
     def build_model(self, campaign: Campaign, seed: int) -> Any:
         """Base + head + method, initialised from `seed` so a run is reproducible from its id."""
@@ -306,8 +289,10 @@ def execute_run(
         record_end(ledger, run_id, *failure_reason(ws, run_id, run_dir, exc))
         raise
     if result.refused and result.resumed_from is not None:  # said on stderr by the loop too
-        ledger.add_note(f"{run_id} resumed from {result.resumed_from.name}: "
-                        f"{'; '.join(result.refused)}", run_id=run_id)  # fmt: skip
+        from tunepilot.ledger.paths import relative_text
+
+        ledger.add_note(relative_text(ws.root, f"{run_id} resumed from {result.resumed_from.name}"
+                                      f": {'; '.join(result.refused)}"), run_id=run_id)
 
     status = LEDGER_STATUS[result.status]
     metrics: dict[str, Any] = {}
