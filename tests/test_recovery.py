@@ -441,7 +441,7 @@ def test_r1_r4_resume_expect_pins_a_checkpoint_and_refuses_an_edited_one(
         assert losses(ledger, run_id) == reference
 
 
-def test_1_the_ledger_records_reasons_relative_to_the_campaign_folder(
+def test_r1_the_ledger_records_reasons_relative_to_the_campaign_folder(
     campaign: Path, reference: list[float], tmp_path: Path
 ) -> None:
     """A paused run's reason said "continue with `tunepilot resume RUN /abs/X/campaign.yaml`":
