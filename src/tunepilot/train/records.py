@@ -59,9 +59,12 @@ class RecordSink(Protocol):
     def close(self, status: str) -> None: ...
 
 
-TRACKER_SECONDS = 20.0
+TRACKER_SECONDS = 60.0
 """The longest one tracker call may take before the tracker is switched off: a store that
-cannot answer (a network share gone, a server that never replies) must not stall training."""
+cannot answer (a network share gone, a server that never replies) must not stall training. It
+is generous because a healthy first call imports the library and creates its store (seconds on
+a quiet machine, tens of seconds on a loaded one); a store known to be unusable fails at once
+(tracking.py opens MLflow's SQLite file itself first)."""
 
 
 def bounded(call: Callable[[], None], seconds: float) -> None:
