@@ -337,7 +337,7 @@ def compare_command(ws: Any, as_json: bool) -> int:
     else:
         from tunepilot.experiments.compare_table import print_comparison
 
-        print_comparison(cmp, console)
+        print_comparison(cmp, HEADLINES[cmp.task], console)
         if record is not None:
             kept = (f"decision #{record.id} recorded in the notebook" if new else
                     f"the same evidence and conclusion as decision #{record.id}: nothing new "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunepilot.experiments.compare import HEADLINES, LEVEL, Comparison
+from tunepilot.experiments.compare_stats import LEVEL
 from tunepilot.verdict import Verdict
 
 
@@ -16,15 +16,15 @@ def _fmt(summary: dict[str, Any]) -> str:
     return f"{summary['mean']:.4f}" + (f" ± {std:.4f}" if std is not None else "")
 
 
-def print_comparison(cmp: Comparison, console: Any) -> None:
-    """The table per variant, the guards that did not pass, the largest drops, the runs left
-    out with their reasons (V3), the notes and the decision."""
+def print_comparison(cmp: Any, metrics: tuple[str, ...], console: Any) -> None:
+    """The table per variant (`metrics`: the task's headline metrics), the guards that did
+    not pass, the largest drops, the runs left out with their reasons (V3), the notes and the
+    decision. `cmp` is compare.py's Comparison (this module does not import it back)."""
     from rich.panel import Panel
     from rich.table import Table
 
     from tunepilot.console import findings_table
 
-    metrics = HEADLINES[cmp.task]
     table = Table(title=f"{cmp.campaign}: variants vs control (mean ± std over seeds, V6)")
     for col in ("variant", "seeds", *metrics, f"Δ {cmp.metric} vs control [{LEVEL:.0%} CI], p",
                 "guards"):  # fmt: skip
