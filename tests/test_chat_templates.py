@@ -209,3 +209,36 @@ def test_d5_content_that_is_not_a_string_is_named_with_the_fix_for_its_shape(
     assert "join the text parts into one string" in first.fix
     assert second.where == f"{path}:2 messages[1]" and "has an int as `content`" in second.found
     assert "give it text in `content`" in second.fix
+
+
+SPINS = CHATML.replace("{%- endfor %}", "{%- endfor %}{% for i in range(99999) %}{% for j in "
+                       "range(99999) %}{% endfor %}{% endfor %}", 1)  # 10 billion iterations
+FLOODS = CHATML.replace("{%- endfor %}", "{%- endfor %}{{ 'x' * 3000000 }}", 1)
+
+
+def test_d3_a_chat_template_that_loops_for_ever_is_refused_at_its_time_bound(
+    tiny_chat_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`data audit` gave no answer in 300 s on nested range(99999) loops; now each rendering
+    has a time bound (lowered here so the test waits a fraction of a second)."""
+    from tunepilot.tasks import render_bound
+
+    monkeypatch.setattr(render_bound, "RENDER_SECONDS", 0.3)
+    encoder = _encoder(tiny_chat_llama_dir, SPINS)
+    for render in (encoder.encode, encoder.render_prompt):  # training and evaluation alike
+        with pytest.raises(InputError) as err:
+            render(chat_example(TWO_TURNS))
+        [problem] = err.value.problems
+        assert problem.where == "data.chat.chat_template_jinja (rendering chat.jsonl:1)"
+        assert "took over 0.3 s to render one conversation" in problem.found
+
+
+def test_d3_a_chat_template_that_writes_megabytes_per_conversation_is_refused(
+    tiny_chat_llama_dir: Path,
+) -> None:
+    encoder = _encoder(tiny_chat_llama_dir, FLOODS)
+    with pytest.raises(InputError) as err:
+        encoder.render_prompt(chat_example(TWO_TURNS))
+    [problem] = err.value.problems
+    assert problem.where.startswith("data.chat.chat_template_jinja (rendering chat.jsonl:1)")
+    assert "over the bound of" in problem.found

@@ -97,3 +97,32 @@ def test_d1_prepared_version_follows_campaign_settings(tmp_path: Path) -> None:
     rows[3]["text"] = "Text three"
     (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", "utf-8")
     assert _prepare(tmp_path).version != base
+
+
+def test_d1_splits_json_is_written_once_with_sources_relative_to_the_campaign_folder(
+    tmp_path: Path,
+) -> None:
+    """It stored the data file's absolute path and was rewritten by every command, bad-input
+    ones included; a data version's record is now written once, relative to the folder."""
+    import json
+
+    from tunepilot.campaign import validate_mapping
+    from tunepilot.data.prepare import prepare_data
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "t.jsonl").write_text("".join(
+        json.dumps({"id": f"e{i}", "text": f"ticket {i}", "label": "ab"[i % 2]}) + "\n"
+        for i in range(20)), encoding="utf-8")  # fmt: skip
+    campaign = validate_mapping({
+        "name": "t", "hypothesis": {"behaviour": "route", "task": "classification"},
+        "model": {"name_or_path": "minilm"},
+        "data": {"file": "data/t.jsonl", "fields": {"label": "label"}}})  # fmt: skip
+    first = prepare_data(campaign, tmp_path, seal=False)
+    path = first.folder / "splits.json"
+    recorded = json.loads(path.read_text(encoding="utf-8"))
+    assert recorded["sources"] == {"all": {"source": "data/t.jsonl"}}
+    before = path.stat()
+    again = prepare_data(campaign, tmp_path, seal=False)
+    assert again.version == first.version
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)

@@ -260,3 +260,22 @@ def test_p1_full_fine_tune_on_a_sliced_hub_chat_dataset_lists_every_difference(
                      "rl: \"dpo\" (preference training", "warmup_ratio: 0.1",
                      "chat_template: `llama3`", "plugins:", "FineTome-100k` is a Hub dataset"):
         assert expected in listed, expected  # fmt: skip
+
+
+def test_a_config_with_thousands_of_unknown_keys_is_summarised_not_listed(tmp_path: Path) -> None:
+    """A 50 MB machine-written config with 550,000 unknown keys took 165 s and wrote 44 MB to
+    stderr, one line per key. The file and the terminal now list the first keys and count the
+    rest (benchmarks/bench_scale.py times the 50 MB case)."""
+    source = tmp_path / "big.yml"
+    keys = "".join(f"generated_setting_{i:05d}: value {i}\n" for i in range(5_000))
+    source.write_text(AXOLOTL_LORA + keys, encoding="utf-8")
+    done = init(tmp_path / "camp", source)
+    assert done.returncode == 0, done.stderr
+    written = (tmp_path / "camp" / "campaign.yaml").read_text(encoding="utf-8")
+    tail = written.split("# Not carried over from the Axolotl config:\n")[1].splitlines()
+    shown = [line for line in done.stderr.splitlines() if line.startswith("  ")]
+    assert len(tail) == len(shown) == 41  # 40 keys, then the count
+    assert "not carried over from" in done.stderr and "more keys with no campaign" in tail[-1]
+    more = int(tail[-1].split("and ")[1].split(" more")[0].replace(",", ""))
+    assert more + 40 == int(done.stderr.split("(")[1].split(")")[0].replace(",", ""))
+    load_campaign(tmp_path / "camp" / "campaign.yaml")  # still a campaign that loads

@@ -279,3 +279,37 @@ def test_d3_a_processors_centre_crop_is_shown_as_its_own_step(tmp_path) -> None:
     assert shapes == [("processor resize", (3, 40, 80)), ("processor center crop", (3, 24, 24)),
                       ("processor rescale", (3, 24, 24)), ("processor normalize", (3, 24, 24))]
     assert torch.equal(stages[-1].value, encoder.encode(example).pixel_values)
+
+
+def test_d1_a_dangling_link_or_a_fifo_in_a_class_folder_is_named_never_skipped(
+    tmp_path: Path,
+) -> None:
+    """They were dropped without a word: the loader promises every file not read is named.
+    A FIFO is never opened (a reader would wait for ever); the table names its row too."""
+    import os
+
+    from tunepilot.campaign import DataSettings
+    from tunepilot.data.images.load import load_images
+    from tunepilot.demo.images import write_digit_folders
+
+    digits = tmp_path / "digits"
+    write_digit_folders(digits, per_class=2, planted=False)
+    (digits / "3" / "gone.png").symlink_to(tmp_path / "deleted.png")
+    os.mkfifo(digits / "7" / "pipe.png")
+    settings = DataSettings.model_validate({"file": "digits"})
+    with pytest.raises(InputError) as err:
+        load_images(digits, settings, "image_classification", None, tmp_path)
+    found = {p.where: p.found for p in err.value.problems}
+    assert found == {
+        str(digits / "3" / "gone.png"): f"a dangling symbolic link (to {tmp_path / 'deleted.png'}"
+        ", which does not exist): it cannot be read as an image",
+        str(digits / "7" / "pipe.png"): "a FIFO (named pipe): it cannot be read as an image",
+    }
+    table = tmp_path / "images.jsonl"
+    table.write_text(json.dumps({"path": "digits/7/pipe.png", "digit": "7"}) + "\n")
+    settings = DataSettings.model_validate({"file": "images.jsonl",
+                                            "fields": {"image": "path", "label": "digit"}})
+    with pytest.raises(InputError) as err:
+        load_images(table, settings, "image_classification", None, tmp_path)
+    (problem,) = err.value.problems
+    assert problem.where == f"{table}:1" and "is a FIFO (named pipe)" in problem.found

@@ -402,3 +402,56 @@ def test_l4_no_run_file_holds_a_path_into_the_campaign_folder(
                if p.is_file() and p.suffix in (".json", ".yaml", ".md", ".jsonl")
                and str(campaign.parent) in p.read_text(encoding="utf-8")]  # fmt: skip
     assert holding == []
+
+
+def test_r1_r4_resume_expect_pins_a_checkpoint_and_refuses_an_edited_one(
+    campaign: Path, reference: list[float]
+) -> None:
+    """Weights edited together with a rewritten MANIFEST verify, so a plain resume would take
+    them silently (README: guarantees); `--expect` with the digest taken when the checkpoint
+    was written refuses them, and resumes from the pinned one with the identical curve."""
+    import hashlib
+    import json
+
+    from tunepilot.train.manifest import manifest_digest, verify_checkpoint
+
+    ws = Workspace.open(campaign)
+    run_id = paused_run(ws, 4, "training.checkpoint_every=2")
+    newest, older = step_folders(ws.runs_dir / run_id)[:2]
+    pins = {folder.name: manifest_digest(folder) for folder in (newest, older)}
+    tensors = load_file(str(newest / ADAPTER))
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 1e-3
+    save_file(tensors, str(newest / ADAPTER))
+    manifest = json.loads((newest / "MANIFEST.json").read_text())
+    data = (newest / ADAPTER).read_bytes()
+    manifest["files"][ADAPTER] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (newest / "MANIFEST.json").write_text(json.dumps(manifest))
+    verify_checkpoint(newest)  # the rewritten MANIFEST vouches for the edit
+
+    with pytest.raises(InputError) as info:
+        run_flow.resume_any(ws, run_id, None, True, expect=pins["step-000004"])
+    (problem,) = info.value.problems
+    assert problem.where == "--expect" and pins["step-000004"] in problem.found
+    assert "step-000004" in problem.found and "step-000002" in problem.found
+    with pytest.raises(InputError, match="not a sha256"):
+        run_flow.resume_any(ws, run_id, None, True, expect=pins["step-000002"][:20])
+    assert run_flow.resume_any(ws, run_id, None, True, expect=pins["step-000002"].upper()) == 0
+    with Ledger.open(ws.ledger_path) as ledger:
+        assert losses(ledger, run_id) == reference
+
+
+def test_r1_the_ledger_records_reasons_relative_to_the_campaign_folder(
+    campaign: Path, reference: list[float], tmp_path: Path
+) -> None:
+    """A paused run's reason said "continue with `tunepilot resume RUN /abs/X/campaign.yaml`":
+    in a copied folder it pointed at the original. Every recorded reason is relative."""
+    ws = Workspace.open(campaign)
+    run_id = paused_run(ws, 2)
+    copy = tmp_path / "Y"
+    shutil.copytree(campaign.parent, copy, symlinks=True)
+    with Ledger.open(copy / "tunepilot.db") as ledger:
+        reasons = [s.reason for r in ledger.list_runs() for s in ledger.status_history(r.id)]
+        paused = ledger.get_run(run_id).reason
+    assert f"continue with `tunepilot resume {run_id} campaign.yaml`" in paused
+    assert [r for r in reasons if str(campaign.parent) in (r or "")] == []

@@ -203,3 +203,115 @@ def test_l4_screenshot_is_not_blank_and_the_charts_draw_ink(full, tmp_path: Path
     without = screenshot(tmp_path, bare, "bare.png", 16000)
     drawn, plain = ink(with_charts), ink(without)
     assert drawn - plain > 8_000, f"charts added only {drawn - plain} pixels"
+
+
+# ---------------------------------------------------------------------------------------------
+# The dossier loads nothing (L4): hostile strings from every source it renders, a browser, and
+# a listener on 127.0.0.1 that must hear no request.
+
+
+class _Listener:
+    """An HTTP server on 127.0.0.1 that records every path asked for (and answers 404)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.paths: list[str] = []
+        heard = self.paths
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the http.server hook's name)
+                heard.append(self.path)
+                self.send_error(404)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _hostile_dossier(folder: Path, model: Path, url: str) -> Path:
+    """A campaign whose behaviour, labels, note and GPU catalog card name each carry an image,
+    a link and raw HTML pointing at `url`, run through audit, plan and note as a user would."""
+    import json
+
+    import yaml
+
+    from sizing_support import fake_dry_run
+    from tunepilot.data.flow import audit_workspace
+    from tunepilot.data.workspace import Workspace
+    from tunepilot.experiments import flow as run_flow
+    from tunepilot.pilot.plan import build_plan
+    from tunepilot.sizing.catalog import default_catalog_path
+
+    def payload(tag: str) -> str:
+        return (f'![{tag}]({url}/{tag}-md.png) <img src="{url}/{tag}-html.png"> '
+                f'[{tag}]({url}/{tag}-link) <{url}/{tag}-auto>')
+
+    folder.mkdir(parents=True)
+    labels = [f"refund {payload('label')}", "shipping"]
+    (folder / "data.jsonl").write_text("".join(
+        json.dumps({"id": f"e{i}", "text": f"ticket {i} about {('money', 'boxes')[i % 2]}",
+                    "label": labels[i % 2]}) + "\n" for i in range(40)), encoding="utf-8")
+    campaign = {
+        "name": "hostile",
+        "hypothesis": {"behaviour": f"route tickets {payload('behaviour')}",
+                       "task": "classification"},
+        "model": {"name_or_path": str(model),
+                  "lora": {"r": 4, "target_modules": ["query", "value"],
+                           "modules_to_save": ["classifier"]}},
+        "data": {"file": "data.jsonl", "fields": {"label": "label"}, "max_length": 32},
+    }  # fmt: skip
+    (folder / "campaign.yaml").write_text(yaml.safe_dump(campaign), encoding="utf-8")
+    ws = Workspace.open(folder / "campaign.yaml")
+    audit_workspace(ws, as_json=True)
+    run_flow.note(ws, f"# a heading\n{payload('note')}", None)
+    catalog = yaml.safe_load(default_catalog_path().read_text(encoding="utf-8"))
+    catalog["cards"][0]["name"] = f"T4 {payload('card')}"
+    (folder / "gpus.yaml").write_text(yaml.safe_dump(catalog), encoding="utf-8")
+    _, lines = build_plan(ws, gpu=None, catalog=folder / "gpus.yaml", pilot=None,
+                          splits={"train": 28, "validation": 8, "test": 4},
+                          runner=fake_dry_run)  # fmt: skip
+    pilot = ws.pilots_dir / "p-20260101-000000"
+    pilot.mkdir(parents=True)
+    (pilot / "gates.json").write_text(json.dumps({"verdict": "PASS", "rows": []}))
+    (pilot / "plan.md").write_text("# Sizing and rental plan\n\n" + "\n".join(lines))
+    assert f"{url}/card-md.png" in (pilot / "plan.md").read_text()  # the card reached plan.md
+    path, _ = write_report(ws)
+    return path
+
+
+def test_l4_the_dossier_loads_nothing_even_when_every_user_string_points_at_a_server(
+    tmp_path: Path, tiny_bert_dir: Path
+) -> None:
+    """The browser fetched 17 images a catalog card name put in plan.md. Markdown is rendered
+    without images, links or raw HTML, user text is escaped, and a Content-Security-Policy
+    allows only inline styles and data: pictures. A control page without them proves the
+    browser here does fetch from the listener."""
+    listener = _Listener()
+    try:
+        control = tmp_path / "control.html"
+        control.write_text(f'<!DOCTYPE html><img src="{listener.url}/control.png">')
+        chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", control.as_uri())
+        assert listener.paths == ["/control.png"], listener.paths  # the harness hears a fetch
+        listener.paths.clear()
+
+        page = _hostile_dossier(tmp_path / "c", tiny_bert_dir, listener.url)
+        dom = chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", page.as_uri()).stdout
+        assert listener.paths == [], listener.paths
+    finally:
+        listener.close()
+    html = page.read_text(encoding="utf-8")
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html
+    tags = re.findall(r"<(?:img|a|script|iframe|link)\b[^>]*>", dom)
+    assert all('src="data:' in t or 'href="#' in t for t in tags), tags
+    assert listener.url not in re.sub(r">[^<]*<", "><", dom)  # only ever inside text nodes
+    for tag in ("behaviour", "label", "note", "card"):
+        assert f"({listener.url}/{tag}-md.png)" in dom, tag  # shown as the text it is

@@ -234,3 +234,59 @@ def test_v5_a_failing_wandb_tracker_warns_once_and_the_run_completes(
         (row,) = ledger.list_runs()
         assert row.status == "completed" and len(ledger.curve(row.id)) == 4
     assert os.environ.get("WANDB_MODE") is None  # the sink never sets the user's environment
+
+
+def test_v5_an_unusable_mlflow_store_costs_one_line_and_no_retries(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+):
+    """`tracking/mlflow.db` is a folder: MLflow retried its engine ten times with backoff (about
+    100 s) and printed three warning lines per retry. The store is opened once first; the run
+    completes and stderr says it in one line (captured at the file descriptor, where MLflow's
+    own handler writes)."""
+    campaign = _campaign(tmp_path, ["mlflow"])
+    (tmp_path / "tracking" / "mlflow.db").mkdir(parents=True)
+    ws = Workspace.open(campaign)
+    assert run_flow.run(ws, ["control"], "0", None, as_json=True) == 0
+    err = capfd.readouterr().err
+    assert [line for line in err.splitlines() if "mlflow" in line.lower()] == [
+        "warning: tracker mlflow stopped (OperationalError: unable to open database file); the "
+        "run goes on, its metrics are in metrics.jsonl and the ledger"]  # fmt: skip
+    assert "retried" not in err
+    with Ledger.open(ws.ledger_path) as ledger:
+        (row,) = ledger.list_runs()
+        assert row.status == "completed" and len(ledger.curve(row.id)) == 4
+
+
+def test_v5_a_tracker_call_that_never_returns_is_switched_off_at_its_bound_mock_sink(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """A store that never answers (a network share gone) cannot be made here: a sink whose
+    update blocks stands in. Records waits for it no longer than its bound, says so once, and
+    the JSONL records go on."""
+    import threading
+
+    from tunepilot.train.records import Records
+
+    release = threading.Event()
+
+    class Stalled:
+        name = "stalled"
+        calls = 0
+
+        def start(self, update: int) -> None: ...
+        def update(self, record: dict) -> None:
+            Stalled.calls += 1
+            release.wait(60)
+
+        def evaluation(self, update: int, metrics: dict) -> None: ...
+        def close(self, status: str) -> None: ...
+
+    records = Records(tmp_path, 0, [Stalled()], tracker_seconds=0.2)
+    records.start(0)
+    for update in (1, 2, 3):
+        records.update({"update": update, "loss": 1.0})
+    release.set()
+    assert records.sinks == [] and Stalled.calls == 1
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
+    err = capsys.readouterr().err
+    assert err.count("tracker stalled stopped (TimeoutError: no answer in 0.2 s)") == 1

@@ -21,7 +21,7 @@ import yaml
 from tunepilot.campaign.axolotl_defaults import apply_axolotl_defaults, seed_runs
 from tunepilot.campaign.checks import hub_id_form
 from tunepilot.campaign.hypothesis import PLACEHOLDER_BEHAVIOUR
-from tunepilot.campaign.loading import read_yaml
+from tunepilot.campaign.yaml_reader import read_yaml
 from tunepilot.errors import InputError, Problem, input_error
 
 # axolotl key -> campaign key (dotted), for values that carry over unchanged.
@@ -307,8 +307,23 @@ def render(conversion: Conversion, source: Path) -> str:
     _emit(conversion.campaign, "", 0, conversion.origin, lines)
     if conversion.unknown:
         lines += ["", "# Not carried over from the Axolotl config:"]
-        lines += [f"#   {item}" for item in conversion.unknown]
+        lines += [f"#   {item}" for item in not_carried_lines(conversion.unknown, source)]
     return "\n".join(lines) + "\n"
+
+
+SHOWN_NOT_CARRIED = 40
+
+
+def not_carried_lines(unknown: list[str], source: Path) -> list[str]:
+    """The keys not carried over, as the campaign file and the terminal show them: the first
+    SHOWN_NOT_CARRIED, then how many more. A machine-written config can hold hundreds of
+    thousands of keys; listing each one turned a conversion into minutes and 44 MB of text,
+    and the source file already holds them all."""
+    shown = unknown[:SHOWN_NOT_CARRIED]
+    rest = len(unknown) - len(shown)
+    more = ([f"... and {rest:,} more keys with no campaign equivalent (every key of {source} is "
+             "still in that file)"] if rest else [])  # fmt: skip
+    return [*shown, *more]
 
 
 def _emit(node: dict[str, Any], prefix: str, depth: int, origin: dict[str, str],

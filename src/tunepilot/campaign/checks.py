@@ -96,10 +96,6 @@ def _beyond_positions(campaign: Campaign, config_file: Path) -> list[Problem]:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []  # loading the model reports an unreadable config with its own words
-    found = position_limit(config) if isinstance(config, dict) else None
-    if found is None or config.get("rope_scaling"):
-        return []
-    key, limit = found
     lengths = {"data.max_length": campaign.data.max_length}
     for name in variant_names(campaign)[1:]:  # a variant's own max_length, once
         try:
@@ -108,6 +104,18 @@ def _beyond_positions(campaign: Campaign, config_file: Path) -> list[Problem]:
             continue  # check_variants names a broken variant
         if length != campaign.data.max_length:
             lengths[f"variants.{name}.overrides data.max_length"] = length
+    return beyond_positions(lengths, config, config_file)
+
+
+def beyond_positions(lengths: dict[str, int], config: Any, config_file: Path) -> list[Problem]:
+    """S6: each max_length (by the key that sets it) beyond the model's position table. One
+    judgement for `validate` and for every command that encodes (run, baseline, resume ...):
+    whichever split holds the long text, an input that long would crash with a size mismatch,
+    so it is refused before the data is encoded and before a run id is reserved."""
+    found = position_limit(config) if isinstance(config, dict) else None
+    if found is None or config.get("rope_scaling"):
+        return []
+    key, limit = found
     return [Problem(where, f"{value} is beyond the model's {key} {limit} ({config_file}): an "
                     "input that long crashes the run with a size mismatch",
                     f"set it to at most {limit}")

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from tunepilot.campaign.schema import Campaign, Strict
+from tunepilot.campaign.yaml_reader import UniqueKeyLoader, key_lines, read_yaml
 from tunepilot.errors import InputError, Problem, input_error
 
 # --------------------------------------------------------------------------------------------
@@ -32,14 +32,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
             [Problem(text, "an empty key", "write it as key.path=value")], title="invalid override"
         )
     where = f"command-line override `{text}`"
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-        refuse_self_reference(value, where)
-    except RecursionError:
-        raise input_error(where, "nested too deeply to read", "flatten the value",
-                          title="invalid override") from None  # fmt: skip
-    except yaml.YAMLError:
-        value = raw
+    value = read_yaml(raw, where, "invalid override", text_if_invalid=True) if raw.strip() else ""
     return key.strip().split("."), value
 
 
@@ -114,48 +107,6 @@ def apply_overrides(
             node = child
         node[path[-1]] = value
     return out
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe loader that refuses a key written twice: YAML would keep the last one silently,
-    and the user would train a setting they did not see."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None,
-                    f"key `{key}` appears twice (first on line {seen[key]}); keep one",
-                    key_node.start_mark,
-                )  # fmt: skip
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
-
-
-def key_lines(text: str) -> dict[tuple[str, ...], int]:
-    """Map each key path of a YAML mapping to its 1-based line, for error messages."""
-    index: dict[tuple[str, ...], int] = {}
-
-    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                child = (*path, str(key_node.value))
-                index[child] = key_node.start_mark.line + 1
-                walk(value_node, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                index[(*path, str(i))] = item.start_mark.line + 1
-                walk(item, (*path, str(i)))
-
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return index
-    if root is not None:
-        walk(root, ())
-    return index
 
 
 def _allowed_keys(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
@@ -306,50 +257,13 @@ def load_campaign(path: str | Path, overrides: list[str] | None = None) -> Campa
             [Problem(str(path), f"not UTF-8 (byte {exc.start})", "save the file as UTF-8")],
             title="invalid campaign",
         ) from None
-    raw = read_yaml(text, str(path), "invalid campaign", loader=_UniqueKeyLoader)
+    raw = read_yaml(text, str(path), "invalid campaign", loader=UniqueKeyLoader)
     overridden: dict[tuple[str, ...], str] = {}
     if overrides:
         raw = apply_overrides({} if raw is None else raw, overrides, source=str(path))
         for arg in overrides:
             overridden.update(dict.fromkeys(leaf_settings([parse_override(arg)]), arg))
     return validate_mapping(raw, source=str(path), text=text, overridden=overridden)
-
-
-def read_yaml(text: str, where: str, title: str, loader: type = yaml.SafeLoader) -> Any:
-    """YAML text as Python values, or one InputError naming `where` (and the line): invalid
-    YAML, an anchor used inside itself, nesting beyond the reader's recursion limit. The one
-    reader of every YAML file a user hands over (campaign, GPU catalog, Axolotl config)."""
-    try:
-        value = yaml.load(text, Loader=loader)  # noqa: S506 (a SafeLoader or a subclass)
-        refuse_self_reference(value, where, title)
-    except RecursionError:
-        raise input_error(where, "nested too deeply to read (beyond the YAML reader's recursion "
-                          "limit)", "these files are a few levels of mappings; flatten the deep "
-                          "value", title=title) from None  # fmt: skip
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise input_error(f"{where}:{mark.line + 1}" if mark else where,
-                          f"not valid YAML ({getattr(exc, 'problem', exc)})",
-                          "fix the YAML syntax on that line (indentation, quoting, brackets)",
-                          title=title) from None  # fmt: skip
-    return value
-
-
-def refuse_self_reference(raw: Any, where: str, title: str = "invalid campaign") -> None:
-    """A YAML anchor used inside itself (`a: &x [*x]`) loads as a value that contains itself;
-    every reader of it would recurse for ever. Walked without recursion."""
-    stack: list[tuple[Any, tuple[int, ...]]] = [(raw, ())]
-    while stack:
-        node, above = stack.pop()
-        if not isinstance(node, dict | list):
-            continue
-        if id(node) in above:
-            raise input_error(where, "a YAML anchor is used inside itself (e.g. `a: &x "
-                              "[*x]`), so the value would contain itself", "write the value "
-                              "out, or point the alias at another anchor",
-                              title=title)  # fmt: skip
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, (*above, id(node))) for child in children)
 
 
 def campaign_root(campaign_path: str | Path) -> Path:

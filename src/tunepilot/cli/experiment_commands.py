@@ -116,6 +116,12 @@ def resume(
     nproc: Nproc = None,
     torchrun_arg: TorchrunArgs = None,
     from_step: FromStep = None,
+    expect: Annotated[
+        str | None,
+        typer.Option("--expect", help="Resume only from the checkpoint whose MANIFEST.json has "
+                     "this sha256 (`sha256sum runs/RUN/checkpoints/step-N/MANIFEST.json`, taken "
+                     "when it was written); refuse otherwise."),
+    ] = None,
 ) -> None:
     """Continue a run from its newest checkpoint that verifies (a newer one that does not is
     named and skipped) in this new process: same step, lr, data position and generators, so
@@ -126,12 +132,18 @@ def resume(
       tunepilot resume control-s0-1 campaign.yaml
 
       tunepilot resume control-s0-1 campaign.yaml --from step-000100
+
+      tunepilot resume control-s0-1 campaign.yaml --expect 3f5a...  # a pinned checkpoint
+
+    A checkpoint's MANIFEST.json proves its files are intact, not who wrote them: weights
+    edited together with a rewritten MANIFEST verify. Pin the checkpoint with --expect.
     """
     from tunepilot.experiments import flow as run_flow
 
     run_body(
         lambda: run_flow.resume_any(
-            open_workspace(args), run_id, stop_after, as_json, nproc, torchrun_arg, from_step
+            open_workspace(args), run_id, stop_after, as_json, nproc, torchrun_arg, from_step,
+            expect,
         )
     )
 

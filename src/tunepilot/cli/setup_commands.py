@@ -100,12 +100,12 @@ def init(
         from tunepilot.console import console, error_console
 
         if from_axolotl is not None:
-            from tunepilot.campaign.axolotl import write_from_axolotl
+            from tunepilot.campaign.axolotl import not_carried_lines, write_from_axolotl
 
             path, unknown = write_from_axolotl(directory, from_axolotl, force=force)
             if unknown:
-                error_console.print(f"not carried over from {from_axolotl} ({len(unknown)}):")
-                for item in unknown:
+                error_console.print(f"not carried over from {from_axolotl} ({len(unknown):,}):")
+                for item in not_carried_lines(unknown, from_axolotl):
                     error_console.print(f"  {item}", highlight=False, markup=False, soft_wrap=True)
             console.print(f"wrote {path}\nnext: state the hypothesis, then "
                           f"[bold]tunepilot validate {path}[/]")  # fmt: skip

@@ -10,6 +10,7 @@ keeps those ids as the test split, whatever the seed or the file order (H4).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,9 +72,10 @@ def prepare_data(
     folder = None
     if write:
         folder = root / "data" / version
-        write_json_atomic(
-            folder / "splits.json",
-            {
+        # A version is its content: its splits.json is written once and never again (the
+        # next command, or one that fails on bad input later, finds it and leaves it as is).
+        if not (folder / "splits.json").is_file():
+            write_json_atomic(folder / "splits.json", {
                 "version": version,
                 "policy": policy,
                 "counts": {name: len(exs) for name, exs in splits.items()},
@@ -82,9 +84,9 @@ def prepare_data(
                 "label_names": label_names,
                 "encoding": encoding,
                 "task": task,
-                "sources": sources,
-            },
-        )
+                "sources": {name: {**record, "source": _relative(record["source"], root)}
+                            for name, record in sources.items()},
+            })  # fmt: skip
         if sealed is None and seal and splits["test"]:
             sealed = new_seal([ex.id for ex in splits["test"]])
             write_json_atomic(root / SEAL_FILE, sealed)
@@ -100,6 +102,14 @@ def prepare_data(
         generic=generic_texts({"all": [ex for exs in loaded.values() for ex in exs]},
                               data.fields.group),  # fmt: skip
     )
+
+
+def _relative(source: str, root: Path) -> str:
+    """A data source as recorded: relative to the campaign folder (posix), so the record stays
+    true in a copied or moved folder; `file[split]` labels keep their suffix."""
+    if not os.path.isabs(source):
+        return Path(source).as_posix()
+    return Path(os.path.relpath(source, os.path.abspath(root))).as_posix()
 
 
 def data_paths(campaign: Campaign, root: Path) -> dict[str, Path]:

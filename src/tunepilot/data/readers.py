@@ -100,6 +100,17 @@ def _read_jsonl(path: Path, lines: list[str], problems: ProblemList) -> tuple[li
         except RecursionError:
             problems.add(f"{path}:{number}", NESTED_TOO_DEEP, FLATTEN_IT)
             continue
+        if "\\u" in line and (half := _lone_surrogate(value)):
+            column = line.lower().find(half) + 1
+            problems.add(
+                f"{path}:{number}",
+                f"a lone UTF-16 surrogate escape `{half}`"
+                + (f" (column {column})" if column else "") + ": half of a character pair, "
+                "not a character, so the text cannot be written as UTF-8",
+                "write the character itself, or its whole pair (e.g. `\\ud83d\\ude00` for "
+                "one emoji); a lone half is usually text cut in the middle of a character",
+            )
+            continue
         if not isinstance(value, dict):
             problems.add(
                 f"{path}:{number}",
@@ -110,6 +121,26 @@ def _read_jsonl(path: Path, lines: list[str], problems: ProblemList) -> tuple[li
         columns.update(dict.fromkeys(value))
         rows.append((number, value))
     return rows, list(columns)
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The first lone UTF-16 surrogate (U+D800-U+DFFF) in the strings of a parsed JSON value,
+    written as its escape (`\\ud800`), or None. json.loads joins a high-low pair into one
+    character, so any surrogate left is half a pair: the first UTF-8 write of the text (a hash,
+    the tokenizer, the ledger) would fail far from the file."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str):
+            half = next((c for c in node if "\ud800" <= c <= "\udfff"), None)
+            if half is not None:
+                return f"\\u{ord(half):04x}"
+    return None
 
 
 def _read_delimited(

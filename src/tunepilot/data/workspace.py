@@ -110,6 +110,22 @@ class Workspace:
         config = json.loads(config_file.read_text(encoding="utf-8"))
         return config if isinstance(config, dict) else None
 
+    def refuse_beyond_positions(self, max_length: int) -> None:
+        """`validate`'s S6 check, on the model actually resolved: a max_length beyond its
+        positions is exit 2 before anything is encoded, whichever split holds the long text
+        (one only in the sealed test would pass training and crash at `test --final`)."""
+        from tunepilot.campaign.checks import beyond_positions
+        from tunepilot.errors import InputError
+
+        try:
+            config = self.model_config()
+        except ValueError:  # loading the model names an unreadable config.json in its words
+            return
+        config_file = Path(self.model_source.path) / "config.json"
+        problems = beyond_positions({"data.max_length": max_length}, config, config_file)
+        if problems:
+            raise InputError(problems, title=f"invalid campaign {self.campaign_file}")
+
     def model_label_map(self) -> dict[int, str] | None:
         """id2label of a head the base model already has (D6), read from config.json only."""
         config = self.model_config()

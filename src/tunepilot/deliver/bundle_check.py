@@ -39,7 +39,9 @@ FORMAT = "tunepilot-bundle/1"
 MANIFEST = "MANIFEST.json"
 # What a bundle may hold: tensors as safetensors, everything else text (and a sentencepiece
 # `.model`, a protobuf). Anything else, `.bin`/`.pt`/`.pkl`/`.py` included, is refused.
-ALLOWED_SUFFIXES = (".safetensors", ".json", ".md", ".yaml", ".yml", ".txt", ".model", ".jinja")
+TEXT_SUFFIXES = (".json", ".md", ".yaml", ".yml", ".txt", ".model", ".jinja")
+PICKLE_SUFFIXES = (".pkl", ".pickle", ".pt", ".pth", ".bin", ".ckpt", ".joblib", ".npy")
+_MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own limit on a header
 LOGIT_TOLERANCE = 1e-5
 IMAGES_FILE = "control_images.safetensors"  # image controls: RGB arrays and their pixel_values
 _PICKLE_SCAN_BYTES = 1 << 20
@@ -74,26 +76,70 @@ def _parses_as_pickle(data: bytes) -> bool:
         return False
 
 
-def unsafe_reason(path: Path) -> str | None:
-    """Why a bundle file must not be loaded, or None. Reads at most 1 MiB; loads nothing."""
-    if path.is_symlink():
-        return "a symbolic link (a bundle holds plain files only)"
-    suffix = path.suffix.lower()
-    with path.open("rb") as handle:
-        head = handle.read(_PICKLE_SCAN_BYTES)
-    if suffix == ".safetensors":
-        # 8-byte little-endian header length, then a JSON object: check that shape rather
-        # than the pickle magic, whose two bytes a header length can mimic.
-        size = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
-        if len(head) < 9 or head[8:9] != b"{" or size + 8 > path.stat().st_size:
-            return "not a safetensors file (bad header); it may be a renamed pickle"
-        return None
-    if (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or _parses_as_pickle(head):
+def pickle_like(head: bytes) -> str | None:
+    """Why these first bytes of a file are a pickle (or a zip that holds one), or None."""
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:  # PROTO, protocol 2-5
         return "pickle bytes (unpickling runs code from the file)"
     if head[:4] == b"PK\x03\x04":
         return "a zip archive (torch.save's format, a pickle inside)"
-    if suffix not in ALLOWED_SUFFIXES:
-        allowed = ", ".join(ALLOWED_SUFFIXES)
+    if _parses_as_pickle(head):
+        return "pickle bytes (unpickling runs code from the file)"
+    return None
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why `path` is not a well-formed safetensors file, or None. Reads the header only.
+
+    The format: an 8-byte little-endian header length, a JSON object naming each tensor's
+    dtype, shape and byte range, then the bytes. A damaged header, a truncated file or a
+    renamed pickle (whose first bytes a header length can mimic) fails here, as a sentence,
+    before any library parses it."""
+    bad = "not a safetensors file (bad header); it may be a renamed pickle or a damaged copy"
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        first = handle.read(8)
+        length = int.from_bytes(first, "little") if len(first) == 8 else -1
+        if length < 2 or length > _MAX_HEADER_BYTES or 8 + length > size:
+            return bad
+        header = handle.read(length)
+    try:
+        entries = json.loads(header.decode("utf-8"))
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        return bad
+    if not isinstance(entries, dict):
+        return bad
+    payload = size - 8 - length
+    for name, entry in entries.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(isinstance(x, int) for x in offsets)
+                and 0 <= offsets[0] <= offsets[1] <= payload):  # fmt: skip
+            return f"a damaged safetensors file: tensor `{name}` lies outside the file's bytes"
+    return None
+
+
+def unsafe_reason(path: Path, text_suffixes: tuple[str, ...] = TEXT_SUFFIXES) -> str | None:
+    """Why a file must not be loaded, or None. Reads at most 1 MiB; loads nothing.
+
+    The one file-type rule of tunepilot (R4): a bundle's files here, a checkpoint's
+    (train/manifest.py, with the types a checkpoint holds) and the base model's weights
+    (model/base.py) are judged by the same bytes rule, so `notes.json` holding a pickle is
+    refused wherever it is. It lives in this file because this file must run on its own."""
+    if path.is_symlink():
+        return "a symbolic link (these folders hold plain files only)"
+    suffix = path.suffix.lower()
+    if suffix == ".safetensors":
+        return safetensors_problem(path)
+    with path.open("rb") as handle:
+        found = pickle_like(handle.read(_PICKLE_SCAN_BYTES))
+    if found:
+        return found
+    if suffix in PICKLE_SUFFIXES:
+        return f"a {suffix} file (pickle format); loading it could run arbitrary code"
+    if suffix not in text_suffixes:
+        allowed = ", ".join((".safetensors", *text_suffixes))
         return f"a {suffix or 'suffix-less'} file, not an allowed type ({allowed})"
     return None
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tunepilot.errors import InputError, input_error
+from tunepilot.train.manifest import manifest_digest
 from tunepilot.verdict import Finding, Verdict
 
 CHECK_MODULE = "tunepilot.deliver.bundle_check"
@@ -116,18 +117,6 @@ def verify_bundle(
     return findings
 
 
-def manifest_digest(bundle_dir: Path) -> str:
-    """The bundle's pin: sha256 of its MANIFEST.json, which holds every other file's sha256.
-
-    The MANIFEST alone proves files were not damaged since it was written, not who wrote it:
-    whoever can edit the weights can rewrite it. This digest, printed at export and kept in
-    the ledger, is what a colleague compares (`tunepilot verify DIR --expect SHA`).
-    """
-    import hashlib
-
-    return hashlib.sha256((Path(bundle_dir) / "MANIFEST.json").read_bytes()).hexdigest()
-
-
 def expect_finding(bundle_dir: Path, expected: str) -> Finding:
     """PASS when the bundle's MANIFEST digest is the one pinned; FAIL naming both if not."""
     path = Path(bundle_dir) / "MANIFEST.json"
@@ -163,15 +152,13 @@ def verify_command(
 ) -> int:
     """Body of `tunepilot verify DIR [--base FOLDER] [--expect SHA] [--json]`; exit 1 on any
     FAIL. `expect` pins the bundle: the sha256 of MANIFEST.json printed at export."""
-    import re
-
     from tunepilot.console import print_findings, print_json
+    from tunepilot.train.manifest import parse_pin
     from tunepilot.verdict import exit_code, worst
 
-    if expect is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", expect.strip()):
-        raise input_error("--expect", f"`{expect}` is not a sha256 (64 hex digits)",
-                          "paste the pin `tunepilot export` printed (also in the ledger and "
-                          "the report)")  # fmt: skip
+    if expect is not None:
+        expect = parse_pin(expect, "paste the pin `tunepilot export` printed (also in the "
+                           "ledger and the report)")  # fmt: skip
     findings = verify_bundle(bundle_dir, base)
     if expect is not None:
         findings.insert(0, expect_finding(Path(bundle_dir), expect))

@@ -19,7 +19,7 @@ F1), so both seed-to-seed and example-to-example variance are in it.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from tunepilot.campaign import Campaign
@@ -74,6 +74,7 @@ class VariantResult:
     name: str
     runs: list[RunLine]
     summary: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> mean, std, values
+    mean: dict[str, Any] = field(default_factory=dict)  # seed-averaged metrics, per class included
     ci: dict[str, Any] | None = None
     deltas: dict[str, dict[str, float]] = field(default_factory=dict)  # vs_control / vs_baseline
     guards: list[Finding] = field(default_factory=list)
@@ -97,8 +98,19 @@ class Comparison:
     comparable: bool = True  # False: nothing to compare (no completed control)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON (verdicts are str enums), as written to comparison.json."""
-        return asdict(self)
+        """Plain JSON (verdicts are str enums), as written to comparison.json. A run line keeps
+        its scalar metrics; the per-class (per-field) blocks are in its variant's seed mean,
+        so the file grows by a line per run, not by every class of every run."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "variants"}
+        out["variants"] = [
+            {**{f.name: getattr(v, f.name) for f in fields(v) if f.name not in ("runs", "guards")},
+             "guards": [asdict(g) for g in v.guards],
+             "runs": [{**{f.name: getattr(x, f.name) for f in fields(x) if f.name != "metrics"},
+                       "metrics": {k: m for k, m in x.metrics.items()
+                                   if not isinstance(m, dict | list)}} for x in v.runs]}
+            for v in self.variants
+        ]  # fmt: skip
+        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,7 +139,10 @@ def compare_ledger(
 
     task = campaign.hypothesis.task
     cmp = Comparison(campaign.name, task, HEADLINES[task][0], [])
-    lines = [_line(ledger, r) for r in ledger.list_runs()]
+    finals: dict[str, Any] = {}  # each run's last validation evaluation, read in one query
+    for e in ledger.evaluations(split="validation"):
+        finals[e.run_id] = e
+    lines = [_line(finals, r) for r in ledger.list_runs()]
     names = list(dict.fromkeys([CONTROL, *campaign.variants, *(x.variant for x in lines)]))
     cmp.variants = [VariantResult(n, [x for x in lines if x.variant == n]) for n in names]
     control = cmp.variants[0]
@@ -158,29 +173,28 @@ def compare_ledger(
             baseline = b.metrics
     for v in cmp.variants:
         _summarise(campaign, v, baseline)
-    control_mean = _mean_metrics([x.metrics for x in control.used])
+    control_mean = control.mean
     control.guards = check_guards(campaign, control_mean, baseline, None)
+    predictions: dict[int, dict[str, Any]] = {}  # per evaluation, read once for every variant
     for v in cmp.variants[1:]:
         if not v.used:
             continue
-        mean = _mean_metrics([x.metrics for x in v.used])
-        v.guards = check_guards(campaign, mean, baseline, control_mean)
-        v.deltas["vs_control"] = _deltas(campaign, mean, control_mean)
-        v.ci = _interval(ledger, task, control, v, resamples, seed)
+        v.guards = check_guards(campaign, v.mean, baseline, control_mean)
+        v.deltas["vs_control"] = _deltas(campaign, v.mean, control_mean)
+        v.ci = _interval(ledger, task, control, v, resamples, seed, predictions)
     decide(cmp)
     return cmp
 
 
-def _line(ledger: Any, r: Any) -> RunLine:
+def _line(finals: dict[str, Any], r: Any) -> RunLine:
     line = RunLine(r.id, r.variant, r.seed, r.status, r.reason or "", retry_of=r.retry_of)
     if r.status != "completed":
         line.excluded = f"{r.status}: {r.reason}" if r.reason else r.status
         return line
-    evals = ledger.evaluations(run_id=r.id, split="validation")
-    if not evals:
+    e = finals.get(r.id)  # the final one: the run's result
+    if e is None:
         line.excluded = "completed, but no validation evaluation in the ledger"
         return line
-    e = evals[-1]  # the final one: the run's result
     line.evaluation_id, line.metrics = e.id, e.metrics
     line.eval_config_hash, line.data_version = e.eval_config_hash, e.data_version
     return line
@@ -216,9 +230,9 @@ def _summarise(campaign: Campaign, v: VariantResult, baseline: dict[str, Any] | 
             "std": statistics.stdev(values.values()) if len(values) > 1 else None,
             "values": values,  # every seed, never only the best (V6)
         }
+    v.mean = _mean_metrics([x.metrics for x in used])
     if used and baseline is not None:
-        v.deltas["vs_baseline"] = _deltas(campaign, _mean_metrics([x.metrics for x in used]),
-                                          baseline)  # fmt: skip
+        v.deltas["vs_baseline"] = _deltas(campaign, v.mean, baseline)
 
 
 def _mean_metrics(all_metrics: list[dict[str, Any]]) -> dict[str, Any]:
@@ -253,7 +267,8 @@ def _deltas(campaign: Campaign, metrics: dict[str, Any], ref: dict[str, Any]) ->
 
 
 def _interval(ledger: Any, task: str, control: VariantResult, v: VariantResult,
-              resamples: int, seed: int) -> dict[str, Any] | None:  # fmt: skip
+              resamples: int, seed: int,
+              cache: dict[int, dict[str, Any]]) -> dict[str, Any] | None:  # fmt: skip
     """The CI of (variant - control) on the headline metric over the seeds both completed:
     seeds and examples resampled together (hierarchical), the same draw for both sides."""
     by_seed = {x.seed: x for x in control.used}
@@ -262,8 +277,9 @@ def _interval(ledger: Any, task: str, control: VariantResult, v: VariantResult,
         v.blocked.append(f"no seed in common with the control (control seeds "
                          f"{sorted(by_seed)}); run both on the same seeds (V6)")  # fmt: skip
         return None
-    preds = {x.run_id: {p.example_id: p for p in ledger.predictions(x.evaluation_id)}
-             for pair in pairs for x in pair}  # fmt: skip
+    for x in {x.evaluation_id for pair in pairs for x in pair} - cache.keys():
+        cache[x] = {p.example_id: p for p in ledger.predictions(x)}
+    preds = {x.run_id: cache[x.evaluation_id] for pair in pairs for x in pair}
     ids = sorted(set.intersection(*(set(p) for p in preds.values())))
     if not ids:
         v.blocked.append("no example predictions in common with the control")

@@ -123,16 +123,24 @@ def run_any(ws: Workspace, variants: list[str] | None, seeds: str | None,
 
 def resume_any(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool,
                nproc: int | None = None, torchrun_args: list[str] | None = None,
-               from_step: str | None = None) -> int:
+               from_step: str | None = None, expect: str | None = None) -> int:
     """A run that trained with replicas resumes with the same strategy and world size.
-    `from_step` (`step-N`) picks the checkpoint instead of the newest that verifies."""
+    `from_step` (`step-N`) picks the checkpoint instead of the newest that verifies; `expect`
+    (a MANIFEST.json sha256) pins it: that checkpoint or a refusal, never a fallback."""
     from tunepilot.experiments.jobs import distributed_settings_of, resume_distributed
+    from tunepilot.experiments.recovery import pinned_step
+    from tunepilot.train.checkpoint import latest_checkpoint
     from tunepilot.train.resume_point import parse_step
 
     with _open_ledger(ws) as ledger:  # an unknown id (or a path) is refused before any file read
-        ledger.get_run(run_id)
+        run_dir = ledger.run_folder(ledger.get_run(run_id))
     step = None if from_step is None else parse_step(from_step)
+    if expect is not None:
+        step = pinned_step(run_id, run_dir, expect, step)
     if distributed_settings_of(ws.runs_dir / run_id) is not None:
+        newest = latest_checkpoint(run_dir)
+        if expect is not None and newest is not None and parse_step(newest.name) == step:
+            step = None  # the pinned one is the newest: the replicas resume from it
         if step is not None:
             raise input_error("--from", "a run trained with replicas resumes from its newest "
                               "checkpoint that verifies", "leave out --from")  # fmt: skip

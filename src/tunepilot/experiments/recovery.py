@@ -34,6 +34,38 @@ def resume_source(ws: Workspace, run_id: str, run_dir: Path, from_step: int | No
     return run_dir
 
 
+def pinned_step(run_id: str, run_dir: Path, expect: str, from_step: int | None) -> int:
+    """The step whose checkpoint MANIFEST.json has sha256 `expect` (`resume --expect`).
+
+    A checkpoint's MANIFEST proves its files were not damaged since it was written, not who
+    wrote it: weights edited together with a rewritten MANIFEST verify. A pinned digest,
+    recorded when the checkpoint was written, closes that gap the way `verify --expect` does
+    for a bundle: resume starts from that checkpoint or refuses, and never falls back."""
+    from tunepilot.errors import input_error
+    from tunepilot.train.checkpoint import step_folders
+    from tunepilot.train.manifest import manifest_digest, parse_pin
+    from tunepilot.train.resume_point import parse_step
+
+    want = parse_pin(expect, "paste the sha256 of the checkpoint's MANIFEST.json taken when it "
+                     "was written (`sha256sum runs/RUN/checkpoints/step-N/MANIFEST.json`)")
+    found = {p: manifest_digest(p) for p in step_folders(run_dir)
+             if (p / "MANIFEST.json").is_file()}  # fmt: skip
+    match = [p for p, digest in found.items() if digest == want]
+    listed = "; ".join(f"{p.name} {d[:12]}" for p, d in found.items()) or "no checkpoint"
+    if not match:
+        raise input_error(
+            "--expect", f"no checkpoint of {run_id} has MANIFEST.json sha256 {want} (found: "
+            f"{listed}): the pinned checkpoint was changed, replaced or removed",
+            "resume from the checkpoint you pinned (restore it from a backup), or start a new "
+            f"attempt with `tunepilot run --retry {run_id}`", title="pinned checkpoint not found",
+        )  # fmt: skip
+    step = parse_step(match[0].name)
+    if from_step is not None and from_step != step:
+        raise input_error("--from", f"step {from_step}, but the pinned digest is {match[0].name}",
+                          "give one of --from and --expect, or the two for one checkpoint")
+    return step
+
+
 def next_step(ws: Workspace, run_id: str, run_dir: Path) -> str:
     """The command that continues a run: resume from a checkpoint, or retry without one."""
     from tunepilot.train.checkpoint import latest_checkpoint

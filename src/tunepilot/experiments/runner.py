@@ -77,6 +77,7 @@ class Session:
 
         key = stable_hash([campaign.data.model_dump(mode="json"), campaign.model.name_or_path])
         if key not in self._encodings:
+            self.ws.refuse_beyond_positions(campaign.data.max_length)  # S6, before an id
             prepared = (
                 self.ws.prepare()
                 if campaign.data == self.ws.campaign.data
@@ -301,8 +302,10 @@ def execute_run(
         record_end(ledger, run_id, *failure_reason(ws, run_id, run_dir, exc))
         raise
     if result.refused and result.resumed_from is not None:  # said on stderr by the loop too
-        ledger.add_note(f"{run_id} resumed from {result.resumed_from.name}: "
-                        f"{'; '.join(result.refused)}", run_id=run_id)  # fmt: skip
+        from tunepilot.ledger.paths import relative_text
+
+        ledger.add_note(relative_text(ws.root, f"{run_id} resumed from {result.resumed_from.name}"
+                                      f": {'; '.join(result.refused)}"), run_id=run_id)
 
     status = LEDGER_STATUS[result.status]
     metrics: dict[str, Any] = {}

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tunepilot.ledger.schema import StatusChange
 
 T = TypeVar("T")
@@ -23,6 +25,9 @@ class LedgerPart:
         _conn: sqlite3.Connection
         _host: str
         heartbeat_timeout_s: float
+
+        @property
+        def root(self) -> Path: ...
 
         def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
         def _retrying(self, fn: Callable[[], T]) -> T: ...

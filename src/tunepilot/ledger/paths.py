@@ -44,6 +44,15 @@ def to_stored(root: Path, value: str | Path | None, key: str) -> str | None:
     return path.as_posix()
 
 
+def relative_text(root: Path, text: str) -> str:
+    """A sentence for the ledger with the campaign folder's own path taken out: `X/runs/a`
+    reads `runs/a`, so a reason ("... continue with `tunepilot resume RUN campaign.yaml`",
+    a refused file's path) stays true in a copied or moved folder."""
+    for form in dict.fromkeys((str(root.resolve()), str(root))):
+        text = text.replace(f"{form}/", "").replace(form, ".")
+    return text
+
+
 def located(root: Path, run_id: str, stored: str | None, name: str = "") -> tuple[str, bool]:
     """(path relative to `root`, whether it had to be mapped by the run id).
 

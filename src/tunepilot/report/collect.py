@@ -17,15 +17,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tunepilot.campaign import stable_hash
 from tunepilot.console import json_safe
 from tunepilot.data.workspace import Workspace
+from tunepilot.report.config_key import config_key
 from tunepilot.report.examples import changed_examples
 from tunepilot.report.limits import observed_limits
 from tunepilot.report.per_class import per_class_series
 from tunepilot.report.pictures import data_pictures
+from tunepilot.report.scale import shown_in_full
 from tunepilot.train.runtime import runtime_line
 
 ENDED_BADLY = ("diverged", "interrupted", "failed", "invalid")
@@ -135,9 +134,16 @@ def _from_ledger(ws: Workspace) -> dict[str, Any]:
         return out
     from tunepilot.ledger import BASELINE, Ledger
 
+    cmp = read_json(ws.root / "comparison.json")
     with Ledger.open(ws.ledger_path) as ledger:  # marks runs whose process died (V3)
         out["ledger"]["marked"] = [f"{x.run_id}: {x.reason}" for x in ledger.interrupted_on_open]
-        out["runs"] = [_run(ws, ledger, r) for r in ledger.list_runs()]
+        rows = ledger.list_runs()
+        full = shown_in_full(rows, cmp if isinstance(cmp, dict) else None)
+        finals: dict[str, Any] = {}  # each run's last validation evaluation, in one query
+        for e in ledger.evaluations(split="validation"):
+            finals[e.run_id] = e
+        keys: dict[str, str | None] = {}
+        out["runs"] = [_run(ws, ledger, r, r.id in full, finals, keys) for r in rows]
         out["history"] = [{"kind": h.kind, "hash": h.hash, "reason": h.reason, "at": h.at,
                            "body": h.body} for h in ledger.hypothesis_history()]  # fmt: skip
         out["baseline"]["evaluations"] = [_evaluation(e) for e in ledger.evaluations(BASELINE)]
@@ -166,49 +172,39 @@ def _evaluation(e: Any) -> dict[str, Any]:
             "at": e.at, "n_predictions": e.n_predictions}  # fmt: skip
 
 
-def _run(ws: Workspace, ledger: Any, row: Any) -> dict[str, Any]:
+def _run(ws: Workspace, ledger: Any, row: Any, full: bool, finals: dict[str, Any],
+         keys: dict[str, str | None]) -> dict[str, Any]:  # fmt: skip
+    """One run as the dossier shows it. A run not shown in full (scale.py) keeps its line's
+    facts (status, reason, final metrics, configuration, backend); its curve, validation
+    points and status history are read only for the runs the page draws."""
     folder = ledger.run_folder(row)  # under this campaign folder, even when it was moved
     curve: dict[int, float | None] = {}
-    for rec in read_jsonl(folder / "metrics.jsonl"):  # the loop's full record (V5)
+    for rec in read_jsonl(folder / "metrics.jsonl") if full else []:  # the loop's record (V5)
         if isinstance(rec.get("update"), int):
             loss = rec.get("loss")
             curve[rec["update"]] = float(loss) if isinstance(loss, int | float) else None
-    source = "metrics.jsonl"
-    if not curve:
+    source = "metrics.jsonl" if full else "not shown"
+    if full and not curve:
         curve = {p.update: p.loss for p in ledger.curve(row.id)}
         source = "ledger" if curve else "none"
     evals = [{"update": rec["update"], "metrics": scalars(rec["eval"])}
-             for rec in read_jsonl(folder / "evals.jsonl")
+             for rec in (read_jsonl(folder / "evals.jsonl") if full else [])
              if isinstance(rec.get("update"), int)
              and isinstance(rec.get("eval"), dict)]  # fmt: skip
-    finals = ledger.evaluations(run_id=row.id, split="validation")
+    final = finals.get(row.id)
     return {
         "id": row.id, "variant": row.variant, "seed": row.seed, "status": row.status,
         "reason": row.reason, "retry_of": row.retry_of, "data_version": row.data_version,
         "config_hash": row.config_hash, "control_run": row.control_run, "diff": row.diff,
         "budget": row.budget, "created_at": row.created_at, "status_at": row.status_at,
+        "full": full,
         "history": [{"status": s.status, "reason": s.reason, "at": s.at}
-                    for s in ledger.status_history(row.id)],
+                    for s in (ledger.status_history(row.id) if full else [])],
         "curve": [[u, curve[u]] for u in sorted(curve)], "curve_source": source,
-        "evals": evals, "final": scalars(finals[-1].metrics) if finals else {},
-        "config_key": _config_key(folder),
+        "evals": evals, "final": scalars(final.metrics) if final else {},
+        "config_key": config_key(folder, keys),
         "env": _env_summary(read_json(folder / "env.json")),
     }  # fmt: skip
-
-
-def _config_key(folder: Path) -> str | None:
-    """The run's resolved configuration without its seed: seeds of one experiment share it."""
-    try:
-        config = yaml.safe_load((folder / "config.resolved.yaml").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return None
-    if not isinstance(config, dict):
-        return None
-    config.pop("_run", None)
-    config.pop("tracking", None)
-    if isinstance(config.get("training"), dict):
-        config["training"].pop("seed", None)
-    return stable_hash(config)
 
 
 def _env_summary(env: Any) -> dict[str, Any] | None:

@@ -84,12 +84,15 @@ def flat(obj: Any, prefix: str = "") -> dict[str, str]:
 
 
 def markdown(text: str) -> str:
-    """CommonMark plus tables, rendered by markdown-it-py with raw HTML disabled (any `<tag>` in
-    the text shows as text). Headings move down two levels to sit under the section's h2, and
-    a wide table scrolls inside its card."""
+    """CommonMark plus tables, rendered by markdown-it-py with raw HTML, images and links
+    disabled: a `<tag>`, an `![image](http://...)`, a `[link](...)` or an `<autolink>` in the
+    text (a GPU catalog's card name reaches plan.md) shows as the text it is, so the dossier
+    never loads or points anywhere. Headings move down two levels to sit under the section's
+    h2, and a wide table scrolls inside its card."""
     from markdown_it import MarkdownIt
 
-    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
+    md.disable(["image", "link", "autolink", "reference"])
     tokens = md.parse(text)
     for token in tokens:
         if token.type in ("heading_open", "heading_close"):

@@ -1,4 +1,5 @@
-"""The dossier as ONE self-contained HTML file: inline CSS and SVG, no script, no address (L4).
+"""The dossier as ONE self-contained HTML file: inline CSS and SVG, no script, no address (L4);
+a Content-Security-Policy lets it load nothing but inline styles and `data:` pictures.
 
 `render(d)` turns the dict from `collect.collect` into the page. Every string that came from a
 user or a file (hypothesis, class names, run ids, reasons, notes, sentences) passes through
@@ -129,6 +130,11 @@ nav#contents{display:none}}
 """
 
 
+# The page loads nothing: its styles are inline, its pictures `data:` URIs, it has no script,
+# form or base; any other address (an image a hostile string smuggled in) is blocked.
+CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
+       "base-uri 'none'; form-action 'none'")  # fmt: skip
+
 SECTIONS = (
     ("summary", "Summary"),
     ("hypothesis", "Hypothesis and guards"),
@@ -176,6 +182,7 @@ def render(d: dict[str, Any]) -> str:
     ])  # fmt: skip
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="tunepilot {e(t["tunepilot_version"])}">
 <title>{e(t["campaign"])}: campaign dossier</title>

@@ -7,6 +7,7 @@ import statistics
 from typing import Any
 
 from tunepilot.data.workspace import Workspace
+from tunepilot.report.scale import best_variant
 
 
 def per_class_series(
@@ -29,6 +30,12 @@ def per_class_series(
         return out
     means: dict[str, dict[str, float]] = {}
     for v in cmp.get("variants") or []:
+        mean = (v.get("mean") or {}).get(block)  # the seed mean compare wrote
+        if isinstance(mean, dict) and mean and v.get("name"):
+            means[v["name"]] = {n: m[metric] for n, m in mean.items()
+                                if isinstance(m, dict) and metric in m}  # fmt: skip
+            continue
+        # a comparison.json written before the seed mean was kept: every run's own block
         used = [r.get("metrics") or {} for r in v.get("runs") or [] if r.get("excluded") is None]
         blocks = [m.get(block) for m in used if isinstance(m.get(block), dict)]
         if blocks and v.get("name"):
@@ -38,16 +45,8 @@ def per_class_series(
                 for n in names
                 if any(metric in blk.get(n, {}) for blk in blocks)
             }
-    best = cmp.get("adopted") or _best_variant(cmp, means)
+    best = cmp.get("adopted") or best_variant(cmp, among=means)
     for name, role in (("control", "control"), (best, "best variant")):
         if name in means:
             out["series"].append({"name": name, "role": role, "values": means[name]})
     return out
-
-
-def _best_variant(cmp: dict[str, Any], means: dict[str, Any]) -> str | None:
-    """No adopted variant: the one with the largest difference to the control, if any."""
-    scored = [(v["ci"].get("diff", 0.0), v["name"]) for v in cmp.get("variants") or []
-              if v.get("name") not in (None, "control") and isinstance(v.get("ci"), dict)
-              and v["name"] in means]  # fmt: skip
-    return max(scored)[1] if scored else None

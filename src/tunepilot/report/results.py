@@ -19,7 +19,7 @@ def _series(d: dict[str, Any], metric: str | None) -> tuple[list[charts.Series],
     colours = run_colours(d)
     seeds = sorted({r["seed"] for r in d["runs"]})
     out = []
-    for r in d["runs"]:
+    for r in drawn(d):
         if metric is None:
             pts = [(float(u), v) for u, v in r["curve"]]
         else:
@@ -33,6 +33,11 @@ def _series(d: dict[str, Any], metric: str | None) -> tuple[list[charts.Series],
                                  charts.DASHES[seeds.index(r["seed"]) % len(charts.DASHES)],
                                  end, dots=metric is not None, label=r["id"]))  # fmt: skip
     return out, seeds
+
+
+def drawn(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs whose curves the page draws: every run, or at scale the chosen variants'."""
+    return [r for r in d["runs"] if r.get("full", True)]
 
 
 def _legend(d: dict[str, Any], series: list[charts.Series], seeds: list[Any]) -> str:
@@ -58,7 +63,10 @@ def curves(d: dict[str, Any]) -> str:
     weight = 0.9 if max(len(s.points) for s in loss) > 100 else 0.6
     layered = [replace(s, faint=True, end="", label=f"{s.label} (raw)") for s in loss] + [
         replace(s, points=charts.smoothed(s.points, weight)) for s in loss]  # fmt: skip
-    html = "<h3>Training loss per update, every run (V5)</h3>" + _legend(d, loss, seeds)
+    left_out = len(d["runs"]) - len(drawn(d))
+    what = "every run" if not left_out else (
+        f"the chosen variants' runs ({left_out} others are summarised under Runs)")  # fmt: skip
+    html = f"<h3>Training loss per update, {what} (V5)</h3>" + _legend(d, loss, seeds)
     html += (f'<p class="muted">Solid: smoothed (moving average, weight {weight}); faint: the '
              "raw loss of every update.</p>")  # fmt: skip
     html += charts.line_chart(layered, title="training loss per update", x_label="update",
@@ -77,7 +85,7 @@ def curves(d: dict[str, Any]) -> str:
     html += '<div class="pair">' + "".join(pair) + "</div>"
     cards = []
     colours = run_colours(d)
-    for r in d["runs"]:
+    for r in drawn(d):
         pts = [(float(u), v) for u, v in r["curve"]]
         end = {"diverged": "diverged", "interrupted": "stopped", "failed": "stopped"}.get(
             r["status"], ""

@@ -305,15 +305,17 @@ def baseline(d: dict[str, Any]) -> str:
 
 
 def runs(d: dict[str, Any]) -> str:
-    rows = d["runs"]
-    if not rows:
+    every = d["runs"]
+    if not every:
         return missing("no run in the ledger", d["commands"]["run"])
+    rows = [r for r in every if r.get("full", True)]  # the rest: one summary row per variant
     # Runs that differ in configuration must not read as seeds of one experiment: each
     # distinct configuration (seed left out) gets a short tag (cfg 1, cfg 2 ...) and the
     # settings it changes against the campaign.
     key = headlines(d)[0]
-    config = {r["id"]: r.get("config_key") or r["config_hash"] for r in rows}
+    config = {r["id"]: r.get("config_key") or r["config_hash"] for r in every}
     tags = {h: f"cfg {i + 1}" for i, h in enumerate(dict.fromkeys(config.values()))}
+    summary = variant_summary(d, key, config) if len(rows) < len(every) else ""
     body = []
     for r in rows:
         last = r["curve"][-1][0] if r["curve"] else 0
@@ -333,16 +335,19 @@ def runs(d: dict[str, Any]) -> str:
                      num(r["final"].get(key)),
                      f'<span class="nowrap" title="{e(trail)}">'
                      f'{e(r["created_at"][5:16].replace("T", " "))}</span>'])  # fmt: skip
-    html = (
+    html = summary + (
         "<p>Every run the ledger holds, in the order registered, failures included (V3); "
         "a retry is a new id pointing at the run it retries. Runs with the same cfg tag ran "
         "the same configuration (hover it for the config hash and data version).</p>"
+        if not summary else f"<h3>The chosen variants' runs in full ({len(rows)})</h3>"
     )
     html += table(["run", "status", "reason", "configuration (changes vs the campaign)",
                    "updates", f"final {e(key)}", "created"], body, "runs",
                   [ROW_CLASS.get(r["status"], "") for r in rows])  # fmt: skip
-    mixed = sorted({r["variant"] for r in rows
-                    if len({config[x["id"]] for x in rows if x["variant"] == r["variant"]}) > 1})
+    by_variant: dict[str, set[str]] = {}
+    for r in every:
+        by_variant.setdefault(r["variant"], set()).add(config[r["id"]])
+    mixed = sorted(v for v, keys in by_variant.items() if len(keys) > 1)
     if mixed:
         html += ("<p><strong>Different configurations under one name:</strong> "
                  + e(", ".join(mixed)) + " ran under more than one configuration (the campaign "
@@ -354,3 +359,35 @@ def runs(d: dict[str, Any]) -> str:
                          + f" ({len(b['runs'])} run(s))" for b in backends)  # fmt: skip
         html += f"<p>Measured on: {said} (B2).</p>"
     return html
+
+
+def variant_summary(d: dict[str, Any], key: str, config: dict[str, str]) -> str:
+    """One row per variant, every run counted (V3): runs by status, seeds, configurations, the
+    final metric's mean and spread over completed runs, and the first runs that ended badly.
+    Shown when the dossier draws only the chosen variants' runs (report/scale.py)."""
+    import statistics
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in d["runs"]:
+        groups.setdefault(r["variant"], []).append(r)
+    body = []
+    for name, runs in groups.items():
+        statuses: dict[str, int] = {}
+        for r in runs:
+            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        finals = [r["final"][key] for r in runs if r["status"] == "completed"
+                  and isinstance(r["final"].get(key), int | float)]  # fmt: skip
+        spread = (f"{statistics.fmean(finals):.4f}" + (f" ± {statistics.stdev(finals):.4f}"
+                  if len(finals) > 1 else "")) if finals else "–"  # fmt: skip
+        bad = [r["id"] for r in runs if r["status"] in ("diverged", "failed", "interrupted")]
+        body.append([e(name), num(len(runs)), e(", ".join(f"{n} {s}" for s, n in statuses.items())),
+                     num(len({r["seed"] for r in runs})), num(len({config[r["id"]] for r in runs})),
+                     spread, id_list(bad) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")])
+    shown = sum(r.get("full", True) for r in d["runs"])
+    return (f"<p>{num(len(d['runs']))} runs in the ledger, failures included (V3): one row per "
+            f"variant below; the {shown} runs of the variants the decision is about (the "
+            "control and the adopted, else the best, variant) follow in full. "
+            f'<code class="cmd">tunepilot runs</code> lists every run.</p>'
+            + table(["variant", "runs", "by status", "seeds", "configurations",
+                     f"final {e(key)} (mean ± std, completed)", "ended badly"], body,
+                    "variants"))  # fmt: skip

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from tunepilot.campaign.loading import key_lines, read_yaml
+from tunepilot.campaign.yaml_reader import key_lines, read_yaml
 from tunepilot.errors import InputError, Problem, input_error
 
 GIB = 1024**3

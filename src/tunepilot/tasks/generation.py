@@ -157,13 +157,26 @@ class CausalLMEncoder:
         self, where: str, turns: list[dict[str, str]], template: str | None, origin: str,
         **options: Any,
     ) -> Any:
-        """The tokenizer's `apply_chat_template` (with `template`, else its own); what the
-        template refuses is an input error naming the row `where` (or the template `origin`,
-        for a syntax error), never a traceback."""
+        """The tokenizer's `apply_chat_template` (with `template`, else its own), within a
+        time and an output bound (`render_bound`); what the template refuses, and a rendering
+        past either bound, is an input error naming the row `where` and the template `origin`
+        (the template alone, for a syntax error), never a traceback or a hang."""
         from jinja2 import TemplateError, TemplateSyntaxError
 
+        from tunepilot.tasks import render_bound as bound
+
         try:
-            return self.tokenizer.apply_chat_template(turns, chat_template=template, **options)
+            with bound.time_bound():
+                rendered = self.tokenizer.apply_chat_template(
+                    turns, chat_template=template, **options)  # fmt: skip
+        except bound.RenderTimeout:
+            raise input_error(
+                f"{origin} (rendering {where or 'a conversation'})",
+                f"the chat template took over {bound.RENDER_SECONDS:g} s to render one "
+                "conversation (a loop over a large range, or loops nested)",
+                "fix the template: a chat template renders a conversation in milliseconds",
+                title="chat template refused",
+            ) from None
         except TemplateSyntaxError as exc:
             raise input_error(
                 origin,
@@ -181,6 +194,15 @@ class CausalLMEncoder:
                 "data.chat.chat_template_jinja to a template that accepts it",
                 title="conversation refused by the chat template",
             ) from None
+        if bound.rendered_size(rendered) > (limit := bound.max_chars(turns)):
+            raise input_error(
+                f"{origin} (rendering {where or 'a conversation'})",
+                f"the chat template wrote {bound.rendered_size(rendered):,} characters (or "
+                f"tokens) for one conversation, over the bound of {limit:,}",
+                "fix the template: it repeats far more text than the conversation holds",
+                title="chat template refused",
+            )
+        return rendered
 
     def _described(self, **own: Any) -> dict[str, Any]:
         """describe(): the shared settings around what the subclass adds (it is hashed into the

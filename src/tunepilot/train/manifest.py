@@ -1,6 +1,6 @@
 """A checkpoint folder's manifest (R4): every file's sha256 and size written last, checked
 first; only safetensors and JSON/text are accepted, and a pickle is refused by suffix or by its
-magic bytes without ever being opened as one.
+bytes without ever being opened as one (`deliver/bundle_check.py`: the rule bundles follow too).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tunepilot.deliver import bundle_check
 from tunepilot.errors import InputError, Problem, reading
 from tunepilot.model.base import sha256_file
 
 FORMAT = "tunepilot-checkpoint/1"
-PICKLE_SUFFIXES = {".pkl", ".pickle", ".pt", ".pth", ".bin", ".ckpt", ".joblib", ".npy"}
-TEXT_SUFFIXES = {".json", ".md", ".txt"}
+TEXT_SUFFIXES = (".json", ".md", ".txt")
 
 
 class CheckpointRefused(InputError):
@@ -78,6 +78,30 @@ def write_manifest(folder: Path, fmt: str = FORMAT) -> dict[str, Any]:
     return manifest
 
 
+def manifest_digest(folder: Path) -> str:
+    """A checkpoint's or a bundle's pin: sha256 of its MANIFEST.json, which holds every other
+    file's sha256.
+
+    The MANIFEST alone proves files were not damaged since it was written, not who wrote it:
+    whoever can edit the weights can rewrite it. This digest, recorded where the folder was
+    written (printed at export and kept in the ledger), is what a colleague compares
+    (`tunepilot verify DIR --expect SHA`, `tunepilot resume RUN --expect SHA`)."""
+    import hashlib
+
+    return hashlib.sha256((Path(folder) / "MANIFEST.json").read_bytes()).hexdigest()
+
+
+def parse_pin(text: str, fix: str) -> str:
+    """A pinned digest as given to `--expect`: 64 hex digits, lower-cased; anything else (a
+    cut-off paste, a typo) is bad input naming --expect, never a FAIL blaming the folder."""
+    import re
+
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", text.strip()):
+        raise InputError([Problem("--expect", f"`{text}` is not a sha256 (64 hex digits)", fix)],
+                         title="invalid input")  # fmt: skip
+    return text.strip().lower()
+
+
 def fsync_dir(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
@@ -87,28 +111,9 @@ def fsync_dir(folder: Path) -> None:
 
 
 def unsafe_reason(path: Path) -> str | None:
-    """Why a file must not be read, or None. Checkpoints hold safetensors and text only."""
-    suffix = path.suffix.lower()
-    with path.open("rb") as handle:
-        head = handle.read(9)
-    # Pickle protocol 2+ starts with PROTO (0x80) and the protocol number; torch.save's
-    # default format is a zip archive that holds a pickle.
-    pickle_magic = (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head[
-        :4
-    ] == b"PK\x03\x04"
-    if suffix in PICKLE_SUFFIXES:
-        return f"a {suffix} file (pickle format); loading it could run arbitrary code"
-    if suffix == ".safetensors":
-        # A safetensors file is an 8-byte header length then a JSON header: check that
-        # shape instead of the pickle magic, whose first bytes a header length can mimic.
-        if len(head) < 9 or head[8:9] != b"{":
-            return "not a safetensors file (bad header); it may be a renamed pickle"
-        return None
-    if suffix not in TEXT_SUFFIXES:
-        return f"a {suffix or 'suffix-less'} file; checkpoints hold only safetensors and JSON"
-    if pickle_magic:
-        return "pickle bytes inside a text-named file"
-    return None
+    """Why a checkpoint file must not be read, or None: the rule bundles follow too
+    (`deliver/bundle_check.py`), with the types a checkpoint holds besides safetensors."""
+    return bundle_check.unsafe_reason(path, TEXT_SUFFIXES)
 
 
 def verify_checkpoint(folder: Path) -> dict[str, Any]:

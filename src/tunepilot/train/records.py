@@ -4,9 +4,11 @@ The progress bar is the same record, for a person watching."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -57,17 +59,50 @@ class RecordSink(Protocol):
     def close(self, status: str) -> None: ...
 
 
+TRACKER_SECONDS = 60.0
+"""The longest one tracker call may take before the tracker is switched off: a store that
+cannot answer (a network share gone, a server that never replies) must not stall training. It
+is generous because a healthy first call imports the library and creates its store (seconds on
+a quiet machine, tens of seconds on a loaded one); a store known to be unusable fails at once
+(tracking.py opens MLflow's SQLite file itself first)."""
+
+
+def bounded(call: Callable[[], None], seconds: float) -> None:
+    """Run `call` and wait at most `seconds` for it; what it raises is raised here, and a call
+    still running then raises TimeoutError. The call runs in a daemon thread while this one
+    waits, so the two never run together; one that never returns is left to the process's
+    exit."""
+    failed: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the waiting thread, never printed there
+            failed.append(exc)
+
+    worker = threading.Thread(target=target, name="tracker", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise TimeoutError(f"no answer in {seconds:g} s")
+    if failed:
+        raise failed[0]
+
+
 class Records:
     """Where every record of a run goes: its JSONL files first, then each sink.
 
-    Only rank 0 writes. A sink that raises is switched off with one line on stderr naming it
-    and the error; the run, its files and the ledger carry on untouched.
+    Only rank 0 writes. A sink that raises, or takes more than `TRACKER_SECONDS` for one call,
+    is switched off with one line on stderr naming it and the error; the run, its files and
+    the ledger carry on untouched.
     """
 
-    def __init__(self, run_dir: Path, rank: int, sinks: Sequence[RecordSink] = ()) -> None:
+    def __init__(self, run_dir: Path, rank: int, sinks: Sequence[RecordSink] = (),
+                 tracker_seconds: float = TRACKER_SECONDS) -> None:  # fmt: skip
         self.metrics_path, self.evals_path = run_dir / "metrics.jsonl", run_dir / "evals.jsonl"
         self.rank = rank
         self.sinks = list(sinks) if rank == 0 else []
+        self.tracker_seconds = tracker_seconds
 
     def rewind(self, update: int) -> None:
         """On resume: lines written after the checkpoint belong to a future that was lost."""
@@ -92,7 +127,7 @@ class Records:
     def _each(self, method: str, *args: Any) -> None:
         for sink in list(self.sinks):
             try:
-                getattr(sink, method)(*args)
+                bounded(functools.partial(getattr(sink, method), *args), self.tracker_seconds)
             except Exception as exc:  # a tracker never fails a run: say so once, carry on
                 self.sinks.remove(sink)
                 from tunepilot.console import error_console

@@ -32,6 +32,7 @@ and tags. Both are copies: a tracker that fails is switched off with one warning
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
@@ -127,6 +128,7 @@ class MlflowSink:
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
         self.store.parent.mkdir(parents=True, exist_ok=True)
+        _open_sqlite(self.store)
         self.client = MlflowClient(tracking_uri=f"sqlite:///{self.store.resolve()}")
         experiment = self.client.get_experiment_by_name(self.info.campaign)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(
@@ -211,6 +213,18 @@ class WandbSink:
         if self.run is not None:
             self.run.summary["tunepilot.status"] = status
             self.run.finish(exit_code=0 if status == "completed" else 1)
+
+
+def _open_sqlite(store: Path) -> None:
+    """Open the store once as SQLite before MLflow does: MLflow retries an engine it cannot
+    create ten times with a growing backoff (~100 s, three warning lines each), while a store
+    that is a folder, not a database, or not writable fails here at once, in one error."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(str(store), timeout=5)) as db:
+        db.execute("PRAGMA schema_version")  # "file is not a database" surfaces here
+        db.execute("BEGIN IMMEDIATE")  # and a read-only store here
+        db.rollback()
 
 
 def open_trackers(names: list[str], root: Path, info: RunInfo) -> list[Any]:

@@ -65,11 +65,10 @@ def load_images(
             continue
         file = named.resolve()
         if not file.is_file():
-            problems.add(
-                ex.source,
-                f"image `{ex.text}` not found (looked at {file})",
-                "fix the path (relative to the table's folder) or remove the row",
-            )
+            found = (f"image `{ex.text}` is {_not_a_file(named)}" if named.is_symlink()
+                     or named.exists() else f"image `{ex.text}` not found (looked at {file})")
+            problems.add(ex.source, found,
+                         "fix the path (relative to the table's folder) or remove the row")
             continue
         relative = Path(os.path.relpath(file, root)).as_posix()
         context = {**ex.context, HASH_KEY: file_hash(file)}
@@ -80,7 +79,9 @@ def load_images(
 
 def _class_folders(folder: Path, root: Path, title: str) -> list[Example]:
     """One sub-folder per class; every non-hidden file in it is an example (a stray file is
-    reported by the audit as undecodable, never skipped in silence)."""
+    reported by the audit as undecodable, never skipped in silence), and every entry that is
+    not a file (a dangling link, a FIFO, a socket) is a load error naming it: nothing in a
+    class folder is dropped without a word."""
     problems = ProblemList(str(folder))
     classes = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
@@ -92,9 +93,12 @@ def _class_folders(folder: Path, root: Path, title: str) -> list[Example]:
     problems.raise_if_any(title)
     out = []
     for class_dir in classes:
-        files = sorted(
-            p for p in class_dir.rglob("*") if p.is_file() and not p.name.startswith(".")
-        )
+        entries = sorted(p for p in class_dir.rglob("*") if not p.name.startswith("."))
+        files = [p for p in entries if p.is_file()]
+        for entry in entries:  # every entry that is neither a folder nor a file it can read
+            if not entry.is_dir() and not entry.is_file():
+                problems.add(str(entry), f"{_not_a_file(entry)}: it cannot be read as an image",
+                             "remove it, or replace it with the image file itself")  # fmt: skip
         if not files:
             problems.add(str(class_dir), "an empty class folder", "add images or remove it")
         for file in files:
@@ -111,3 +115,16 @@ def _class_folders(folder: Path, root: Path, title: str) -> list[Example]:
             )
     problems.raise_if_any(title)
     return out
+
+
+def _not_a_file(path: Path) -> str:
+    """What an entry is when it is not a regular file: a reader opening a FIFO would wait for
+    ever, and a dangling link names a file that is not there."""
+    import stat
+
+    if path.is_symlink() and not path.exists():
+        return f"a dangling symbolic link (to {os.readlink(path)}, which does not exist)"
+    mode = path.stat().st_mode
+    kinds = {stat.S_ISFIFO: "a FIFO (named pipe)", stat.S_ISSOCK: "a socket",
+             stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device"}  # fmt: skip
+    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
