@@ -150,6 +150,12 @@ class AuditSettings(Strict):
     imbalance_warn_ratio: float = Field(
         default=20.0, ge=1, description="WARN when the largest class exceeds the smallest by this."
     )
+    target_leak_share: float = Field(
+        default=0.1, ge=0, le=1,
+        description="FAIL when more than this share of a split's rows carry their answer in "
+        "the input (the class name in the text, the answer in the prompt or an earlier turn); "
+        "raise it for a task whose answer rewrites the input.",
+    )  # fmt: skip
 
 
 class DataSettings(Strict):

@@ -1,0 +1,168 @@
+"""Labels that contradict themselves (D2, D6): one text with two labels, one class with two
+spellings.
+
+An exact duplicate with the *same* label only weighs double; one with *another* label is a
+contradiction: in training the model is taught both answers, and across splits the evaluation
+scores a correct answer as wrong. The `drop_exact_duplicates` rule keeps the first copy of a
+text, so without a record the contradiction would vanish with the copy it dropped: the rule
+keeps it on record (`RuleCount.conflicts`) and the check below reports both.
+
+Two spellings of one class (`Refund` and `refund`, `card_arrival` and `card-arrival`) are two
+classes to the model, each with half the examples; the check names both spellings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from tunepilot.campaign import CLASSIFICATION_TASKS
+from tunepilot.data.audit.labels import FAIL, PASS, SHOWN, WARN, _order
+from tunepilot.data.clean import answer_of
+from tunepilot.data.prepared import RuleCount
+from tunepilot.tasks.example import Splits
+from tunepilot.verdict import Finding
+
+_NOT_WORD = re.compile(r"[\W_]+")
+
+
+@dataclass(frozen=True)
+class Member:
+    """One row of a conflicting group: where it sits and what it is labelled."""
+
+    split: str  # "train", "validation", "test", or "dropped" (by drop_exact_duplicates)
+    id: str
+    source: str
+    answer: str
+
+    def shown(self) -> str:
+        return f"{self.answer!r} at {self.source} ({self.split})"
+
+
+def conflicting_groups(groups: list[list[Member]]) -> list[list[Member]]:
+    """The groups of identical inputs whose members carry more than one label or answer."""
+    return [g for g in groups if len({m.answer for m in g}) > 1]
+
+
+def dropped_conflicts(cleaning: list[RuleCount]) -> list[list[Member]]:
+    """The contradictions drop_exact_duplicates removed from the data, as (kept, dropped)."""
+    return [
+        [Member("kept", c["kept"], c.get("kept_source", c["kept"]), str(c["kept_answer"])),
+         Member("dropped", c["dropped"], c["source"], str(c["dropped_answer"]))]
+        for count in cleaning for c in count.conflicts
+    ]  # fmt: skip
+
+
+def check_conflicting_answers(
+    splits: Splits,
+    groups: list[Any],
+    cleaning: list[RuleCount],
+    task: str,
+    is_generic: Any = None,
+) -> Finding:
+    """D2/D6: the same input after normalisation with different labels (answers), inside a
+    split, across splits, or hidden by drop_exact_duplicates. FAIL for classification (a
+    correct answer is scored wrong); a WARN for generation tasks, where a generic short turn
+    or a context the model is not given can explain it."""
+    by_id = {ex.id: (s, ex) for s in _order(splits) for ex in splits[s]}
+    members = []
+    for g in groups:
+        if is_generic is not None and is_generic(g.text):
+            continue
+        rows = [(by_id[i][0], by_id[i][1]) for ids in g.members.values() for i in ids]
+        members.append([Member(s, ex.id, ex.source, a) for s, ex in rows
+                        if (a := answer_of(ex)) is not None])  # fmt: skip
+    return conflict_finding(conflicting_groups(members), dropped_conflicts(cleaning), task,
+                            "text")  # fmt: skip
+
+
+def conflict_finding(
+    found: list[list[Member]], dropped: list[list[Member]], task: str, what: str
+) -> Finding:
+    """One Finding for contradicting groups (`what`: "text" or "picture"), shared by the text
+    and image audits."""
+    check = "conflicting labels"
+    noun = "labels" if task in CLASSIFICATION_TASKS else "answers"
+    if not found and not dropped:
+        sentence = f"no {what} carries two different {noun} after normalisation"
+        return Finding(check, PASS, sentence, "D2, D6")
+    across = sum(1 for g in found if len({m.split for m in g}) > 1)
+    parts = []
+    if found:
+        shown = "; ".join(" vs ".join(m.shown() for m in _two(g)) for g in found[:3])
+        parts.append(f"{len(found)} {what}(s) carry different {noun} ({across} across splits, "
+                     f"{len(found) - across} inside one split; e.g. {shown})")  # fmt: skip
+    if dropped:
+        kept, gone = dropped[0]
+        parts.append(
+            f"{len(dropped)} {'more ' if found else ''}{what}(s) with different {noun} were "
+            "hidden by data.cleaning's drop_exact_duplicates, which kept the first copy's "
+            f"{noun[:-1]} and dropped the other (e.g. kept "
+            f"{kept.answer!r} at {kept.source}, dropped {gone.answer!r} at {gone.source})"
+        )
+    sentence = (
+        f"{'; '.join(parts)}: training teaches both and the evaluation scores a correct answer "
+        f"as wrong; correct the {noun} of those rows, or give the input that tells them apart "
+        "(data.fields.context)"
+    )
+    verdict = FAIL if task in CLASSIFICATION_TASKS else WARN
+    details = {
+        "groups": len(found),
+        "across_splits": across,
+        "hidden_by_dedup": len(dropped),
+        "examples": [[m.__dict__ for m in g[:6]] for g in (found + dropped)[:50]],
+    }
+    ids = [m.id for g in (found + dropped)[:3] for m in _two(g)][:SHOWN]
+    return Finding(check, verdict, sentence, "D2, D6", examples=ids, details=details)
+
+
+def _two(group: list[Member]) -> list[Member]:
+    """The first member and the first one labelled differently."""
+    first = group[0]
+    other = next(m for m in group if m.answer != first.answer)
+    return [first, other]
+
+
+def spelling_key(label: str) -> str:
+    """A label without case, whitespace, punctuation or underscores: `Card-Arrival ` and
+    `card_arrival` share one key."""
+    return _NOT_WORD.sub("", label.casefold())
+
+
+def check_label_spellings(splits: Splits, declared: list[str] | None = None) -> Finding:
+    """D6: two labels that differ only by case, whitespace or punctuation are two classes to
+    the model; FAIL naming every spelling with its count and a row that uses it."""
+    check = "label spellings"
+    counts: Counter[str] = Counter()
+    where: dict[str, str] = {}
+    for split in _order(splits):
+        for ex in splits[split]:
+            if ex.label is not None:
+                counts[ex.label] += 1
+                where.setdefault(ex.label, ex.source)
+    for name in declared or []:
+        counts.setdefault(name, 0)
+        where.setdefault(name, "data.labels")
+    spellings: dict[str, list[str]] = defaultdict(list)
+    for name in counts:
+        spellings[spelling_key(name)].append(name)
+    twice = [sorted(names, key=lambda n: -counts[n]) for names in spellings.values()
+             if len(names) > 1]  # fmt: skip
+    if not twice:
+        sentence = (f"{len(counts)} class names, no two of which differ only by case, "
+                    "whitespace or punctuation")  # fmt: skip
+        return Finding(check, PASS, sentence, "D6")
+    shown = "; ".join(
+        " and ".join(f"`{n}` ({counts[n]} rows, e.g. {where[n]})" for n in names)
+        for names in twice[:3]
+    )
+    sentence = (
+        f"{len(twice)} class(es) exist under more than one spelling: {shown}; the model treats "
+        "each spelling as its own class, with part of the examples each: write one spelling "
+        "in the files (and in data.labels)"
+    )
+    details = {"spellings": [{n: counts[n] for n in names} for names in twice[:50]]}
+    return Finding(check, FAIL, sentence, "D6", examples=[n for g in twice[:2] for n in g],
+                   details=details)  # fmt: skip
