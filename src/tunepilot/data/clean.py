@@ -138,7 +138,8 @@ def _drop_repeats(examples: list[Example], count: RuleCount) -> list[Example]:
         if answer_of(first) != answer_of(ex) and len(count.conflicts) < MAX_CONFLICTS:
             count.conflicts.append({"kept": first.id, "kept_answer": answer_of(first),
                                     "kept_source": first.source, "dropped": ex.id,
-                                    "dropped_answer": answer_of(ex), "source": ex.source})
+                                    "dropped_answer": answer_of(ex), "source": ex.source,
+                                    "text": ex.text[:500]})
         return True
 
     return _drop(examples, repeat, count)

@@ -89,6 +89,13 @@ def baseline(ws: Workspace, as_json: bool) -> int:
     else:
         console.print(f"baseline (H3): {_headline(result.metrics)}; "
                       f"predictions kept in {ws.root / 'baseline'}")
+    from tunepilot.experiments.guards import baseline_note
+
+    if note := baseline_note(result.metrics):  # stderr under --json: stdout is the document
+        from tunepilot.console import error_console
+
+        (error_console if as_json else console).print(f"[yellow]note:[/] {note}",
+                                                      highlight=False)  # fmt: skip
     return 0
 
 

@@ -69,6 +69,7 @@ class Session:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
         self._encodings: dict[str, Encoded] = {}
+        self.new_weights: list[str] = []  # of the last model built: not in the checkpoint
 
     def encoded(self, campaign: Campaign) -> Encoded:
         """Encode the splits for a (variant) campaign; reused while the encoding is the same."""
@@ -105,6 +106,7 @@ class Session:
             self.ws.model_source, kind, campaign.model, encoded.prepared.label_names or None,
             pad_token_id=getattr(self.ws.tokenizer, "pad_token_id", None),
         )  # fmt: skip
+        self.new_weights = list(loaded.new_keys)
         model = apply_method(loaded, campaign.model)
         # PEFT writes the base's path into every checkpoint's adapter_config.json and card: the
         # campaign's own name for it (a hub id, or a path relative to the campaign folder), so a
@@ -326,6 +328,10 @@ def run_baseline(session: Session, ledger: Any) -> Any:
     ledger.fix_hypothesis(campaign.hypothesis.model_dump(mode="json"))
     model = session.build_model(campaign, campaign.training.seed)
     result = session.evaluate(model, campaign, label="baseline evaluation")
+    if campaign.hypothesis.is_classification:  # what the baseline can be a reference for
+        from tunepilot.experiments.guards import baseline_reference
+
+        result.metrics["reference"] = baseline_reference(result.rows, session.new_weights)
     ledger.record_evaluation(
         BASELINE, "validation", result.metrics, eval_config_hash=result.config_hash,
         data_version=session.encoded(campaign).prepared.version, update=0,

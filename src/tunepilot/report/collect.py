@@ -157,7 +157,7 @@ def _from_ledger(ws: Workspace) -> dict[str, Any]:
 
 
 def _evaluation(e: Any) -> dict[str, Any]:
-    blocks = {k: v for k, v in e.metrics.items() if k in ("per_class", "per_field")}
+    blocks = {k: v for k, v in e.metrics.items() if k in ("per_class", "per_field", "reference")}
     return {"id": e.id, "split": e.split, "update": e.update, "metrics": scalars(e.metrics),
             **blocks, "eval_config_hash": e.eval_config_hash, "data_version": e.data_version,
             "at": e.at, "n_predictions": e.n_predictions}  # fmt: skip

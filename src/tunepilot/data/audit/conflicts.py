@@ -46,13 +46,19 @@ def conflicting_groups(groups: list[list[Member]]) -> list[list[Member]]:
     return [g for g in groups if len({m.answer for m in g}) > 1]
 
 
-def dropped_conflicts(cleaning: list[RuleCount]) -> list[list[Member]]:
-    """The contradictions drop_exact_duplicates removed from the data, as (kept, dropped)."""
-    return [
-        [Member("kept", c["kept"], c.get("kept_source", c["kept"]), str(c["kept_answer"])),
-         Member("dropped", c["dropped"], c["source"], str(c["dropped_answer"]))]
-        for count in cleaning for c in count.conflicts
-    ]  # fmt: skip
+def dropped_conflicts(cleaning: list[RuleCount], is_generic: Any = None
+                      ) -> tuple[list[list[Member]], list[list[Member]]]:  # fmt: skip
+    """The contradictions drop_exact_duplicates removed from the data, as (kept, dropped)
+    pairs: (those of a real text, those of a generic short turn)."""
+    texts, formulas = [], []
+    for count in cleaning:
+        for c in count.conflicts:
+            pair = [Member("kept", c["kept"], c.get("kept_source", c["kept"]),
+                           str(c["kept_answer"])),
+                    Member("dropped", c["dropped"], c["source"], str(c["dropped_answer"]))]
+            generic = is_generic is not None and is_generic(c.get("text", ""))
+            (formulas if generic else texts).append(pair)
+    return texts, formulas
 
 
 def check_conflicting_answers(
@@ -64,28 +70,36 @@ def check_conflicting_answers(
 ) -> Finding:
     """D2/D6: the same input after normalisation with different labels (answers), inside a
     split, across splits, or hidden by drop_exact_duplicates. FAIL for classification (a
-    correct answer is scored wrong); a WARN for generation tasks, where a generic short turn
-    or a context the model is not given can explain it."""
+    correct answer is scored wrong), a WARN for generation tasks (a context the model is not
+    given can explain it). A generic short turn said in many groups ("thanks, that solved
+    it!", `data.generic`) carries its group's label, not a label of its words: counted apart,
+    a WARN."""
     by_id = {ex.id: (s, ex) for s in _order(splits) for ex in splits[s]}
-    members = []
+    texts, formulas = [], []
     for g in groups:
-        if is_generic is not None and is_generic(g.text):
-            continue
         rows = [(by_id[i][0], by_id[i][1]) for ids in g.members.values() for i in ids]
-        members.append([Member(s, ex.id, ex.source, a) for s, ex in rows
-                        if (a := answer_of(ex)) is not None])  # fmt: skip
-    return conflict_finding(conflicting_groups(members), dropped_conflicts(cleaning), task,
-                            "text")  # fmt: skip
+        members = [Member(s, ex.id, ex.source, a) for s, ex in rows
+                   if (a := answer_of(ex)) is not None]  # fmt: skip
+        (formulas if is_generic is not None and is_generic(g.text) else texts).append(members)
+    dropped, dropped_formulas = dropped_conflicts(cleaning, is_generic)
+    generic = conflicting_groups(formulas) + dropped_formulas
+    return conflict_finding(conflicting_groups(texts), dropped, task, "text", generic)
 
 
 def conflict_finding(
-    found: list[list[Member]], dropped: list[list[Member]], task: str, what: str
-) -> Finding:
+    found: list[list[Member]], dropped: list[list[Member]], task: str, what: str,
+    generic: list[list[Member]] | None = None,
+) -> Finding:  # fmt: skip
     """One Finding for contradicting groups (`what`: "text" or "picture"), shared by the text
-    and image audits."""
+    and image audits; `generic` are those of generic short turns, reported apart."""
     check = "conflicting labels"
     noun = "labels" if task in CLASSIFICATION_TASKS else "answers"
+    formulas = _generic_part(generic or [], noun)
     if not found and not dropped:
+        if generic:
+            return Finding(check, WARN, formulas[2:], "D2, D6",
+                           examples=[m.id for g in generic[:2] for m in _two(g)],
+                           details={"generic": len(generic)})  # fmt: skip
         sentence = f"no {what} carries two different {noun} after normalisation"
         return Finding(check, PASS, sentence, "D2, D6")
     across = sum(1 for g in found if len({m.split for m in g}) > 1)
@@ -105,17 +119,27 @@ def conflict_finding(
     sentence = (
         f"{'; '.join(parts)}: training teaches both and the evaluation scores a correct answer "
         f"as wrong; correct the {noun} of those rows, or give the input that tells them apart "
-        "(data.fields.context)"
+        "(data.fields.context)" + formulas
     )
     verdict = FAIL if task in CLASSIFICATION_TASKS else WARN
     details = {
         "groups": len(found),
         "across_splits": across,
         "hidden_by_dedup": len(dropped),
+        "generic": len(generic or []),
         "examples": [[m.__dict__ for m in g[:6]] for g in (found + dropped)[:50]],
     }
     ids = [m.id for g in (found + dropped)[:3] for m in _two(g)][:SHOWN]
     return Finding(check, verdict, sentence, "D2, D6", examples=ids, details=details)
+
+
+def _generic_part(generic: list[list[Member]], noun: str) -> str:
+    if not generic:
+        return ""
+    shown = "; ".join(" vs ".join(m.shown() for m in _two(g)) for g in generic[:2])
+    return (f"; {len(generic)} generic short turn(s) said in many groups carry different "
+            f"{noun} (e.g. {shown}): the {noun[:-1]} comes from the conversation, not the "
+            "words; read them, and drop such formulas or give them their own class")
 
 
 def _two(group: list[Member]) -> list[Member]:

@@ -84,8 +84,7 @@ def run_audit(
         check_near_duplicates(splits, pairs, threshold, generic, apart),
         leakage,
         check_conflicting_answers(splits, groups, prepared.cleaning, task,
-                                  generic.is_generic if generic is not None
-                                  and task not in CLASSIFICATION_TASKS else None),
+                                  generic.is_generic if generic is not None else None),
         check_target_leakage(splits, task, audit.target_leak_share,
                              data.chat.assistant_turns if data.chat is not None else "last"),
     ]  # fmt: skip
