@@ -289,9 +289,25 @@ class Variant(Strict):
 
     explain: str = Field(min_length=1)
     overrides: dict[str, Any] = Field(default_factory=dict)
-    control: Name = "control"
+    control: Literal["control"] = Field(
+        default="control",
+        description="What the variant is compared with: always the campaign itself (`control`).",
+    )
     allow_multi_change: bool = False
     reason: str | None = None
+
+    @field_validator("control", mode="before")
+    @classmethod
+    def _only_the_campaign(cls, value: Any) -> Any:
+        """Every variant is trained from the campaign and compared with its control runs; a
+        control naming another variant would be accepted and ignored, so it is refused."""
+        if value != "control":
+            raise ValueError(
+                f"`{value}`: every variant is compared with the campaign itself, `control`; to "
+                "build on another variant, copy its overrides into this one (with "
+                "allow_multi_change and a reason), or leave `control` out"
+            )
+        return value
 
     @model_validator(mode="after")
     def _multi_change_needs_reason(self) -> Variant:

@@ -113,10 +113,17 @@ def resume(
     nproc: Nproc = None,
     torchrun_arg: TorchrunArgs = None,
     from_step: FromStep = None,
+    allow_backend_change: Annotated[
+        bool,
+        typer.Option("--allow-backend-change", "--allow",
+                     help="Resume on another backend (torch build or card) than the run "
+                     "trained on; the run is then marked as run on both (B1)."),
+    ] = False,
 ) -> None:
     """Continue a run from its newest checkpoint that verifies (a newer one that does not is
     named and skipped) in this new process: same step, lr, data position and generators, so
-    the curve continues exactly (R1).
+    the curve continues exactly (R1). A run resumes on the backend it trained on: another
+    CUDA/ROCm/CPU build or card is refused (exit 2) unless --allow-backend-change.
 
     Examples:
 
@@ -128,7 +135,8 @@ def resume(
 
     run_body(
         lambda: run_flow.resume_any(
-            open_workspace(args), run_id, stop_after, as_json, nproc, torchrun_arg, from_step
+            open_workspace(args), run_id, stop_after, as_json, nproc, torchrun_arg, from_step,
+            allow_backend_change,
         )
     )
 

@@ -60,6 +60,9 @@ class RunLine:
     reason: str = ""
     excluded: str | None = None
     retry_of: str | None = None
+    # what it ran as: its trained settings (seed left out) and its backend (B1)
+    config_key: str | None = None
+    backend: str | None = None
     # the evidence it contributes: its final validation evaluation
     evaluation_id: int | None = None
     eval_config_hash: str | None = None
@@ -130,6 +133,7 @@ def compare_ledger(
     lines = [_line(ledger, r) for r in ledger.list_runs()]
     names = list(dict.fromkeys([CONTROL, *campaign.variants, *(x.variant for x in lines)]))
     cmp.variants = [VariantResult(n, [x for x in lines if x.variant == n]) for n in names]
+    cmp.notes += _exclude_unpoolable(cmp.variants, campaign, ledger)
     control = cmp.variants[0]
     evaluated = [x for x in control.runs if x.excluded is None]
     if not evaluated:
@@ -172,7 +176,14 @@ def compare_ledger(
 
 
 def _line(ledger: Any, r: Any) -> RunLine:
+    from tunepilot.experiments.eligibility import read_resolved, settings_key
+    from tunepilot.measure.env import backend_of, read_env
+
     line = RunLine(r.id, r.variant, r.seed, r.status, r.reason or "", retry_of=r.retry_of)
+    folder = ledger.run_folder(r)
+    resolved = read_resolved(folder)
+    line.config_key = settings_key(resolved) if resolved is not None else None
+    line.backend = backend_of(read_env(folder))
     if r.status != "completed":
         line.excluded = f"{r.status}: {r.reason}" if r.reason else r.status
         return line
@@ -184,6 +195,49 @@ def _line(ledger: Any, r: Any) -> RunLine:
     line.evaluation_id, line.metrics = e.id, e.metrics
     line.eval_config_hash, line.data_version = e.eval_config_hash, e.data_version
     return line
+
+
+def _exclude_unpoolable(variants: list[VariantResult], campaign: Campaign,
+                        ledger: Any) -> list[str]:  # fmt: skip
+    """The pooling rule (V1, V2, B1), before any number is drawn: a run trained with other
+    settings than its variant has in the campaign (a command-line override, an edited file)
+    is listed apart with the difference, never counted as one more seed; and runs are
+    compared within one backend, the one the latest pooled control run used (another kernel
+    library or card is another measurement). Returns notes on what could not be checked."""
+    from tunepilot.campaign.variants import variant_campaign
+    from tunepilot.errors import InputError
+    from tunepilot.experiments.eligibility import other_settings, read_resolved
+
+    unknown = []
+    for v in variants:
+        try:
+            expected = variant_campaign(campaign, v.name).model_dump(mode="json")
+        except InputError:
+            expected = None  # a variant no longer in the campaign: nothing to hold it to
+        for x in v.used:
+            resolved = read_resolved(ledger.run_folder(x.run_id))
+            if resolved is None:
+                unknown.append(x.run_id)
+            elif expected is not None and (why := other_settings(resolved, expected, v.name)):
+                x.excluded = f"not pooled: {why}"
+    reference = [x for x in variants[0].used if x.backend is not None] if variants else []
+    if reference:
+        ref = max(reference, key=lambda x: x.evaluation_id or 0)
+        for v in variants:
+            for x in v.used:
+                if x.backend is not None and x.backend != ref.backend:
+                    x.excluded = (
+                        f"not compared: ran on {x.backend} but the control ({ref.run_id}) on "
+                        f"{ref.backend}: runs on different backends are not one measurement "
+                        f"(B1); run it again on {ref.backend}, or run the control on "
+                        f"{x.backend} too and compare those")  # fmt: skip
+    missing = sorted(set(unknown) | {x.run_id for v in variants for x in v.used
+                                     if x.backend is None})  # fmt: skip
+    if not missing:
+        return []
+    return [f"{len(missing)} run(s) have no recorded settings or backend (config.resolved.yaml, "
+            f"env.json: {', '.join(missing[:5])}): pooled without checking that they trained "
+            "as their variant says, on one backend"]  # fmt: skip
 
 
 def _exclude_incomparable(v: VariantResult, ref: RunLine) -> None:

@@ -67,3 +67,78 @@ def _answers_cut(metrics: dict[str, Any] | None) -> int | None:
     if not all(isinstance(v, int | float) for v in values):
         return None
     return round(sum(values))  # type: ignore[arg-type]
+
+
+# Parts of a resolved campaign that do not change what a run computes: the run's own identity
+# (its seed, recorded apart), the other variants, the guards (judged at compare time, changed
+# only by a recorded amendment), where the data file lives (its content is the data version)
+# the audit's thresholds and bookkeeping (trackers, rental, checkpoint cadence).
+LEFT_OUT = (
+    ("_run",), ("tracking",), ("variants",), ("seeds",), ("rental",), ("test_policy",),
+    ("hypothesis",), ("data", "file"), ("data", "files"), ("data", "audit"),
+    ("data", "images", "size_leak_accuracy"), ("data", "images", "near_duplicate_bits"),
+    ("data", "images", "near_duplicate_pixel_diff"), ("training", "seed"),
+    ("training", "keep_last_checkpoints"), ("training", "checkpoint_every"),
+)  # fmt: skip
+
+
+def trained_settings(resolved: dict[str, Any]) -> dict[str, Any]:
+    """A resolved campaign (config.resolved.yaml, or a variant's model_dump) without the parts
+    in LEFT_OUT: what two runs of one variant must share to be seeds of one experiment."""
+    import copy
+
+    out = copy.deepcopy(resolved)
+    for path in LEFT_OUT:
+        node = out
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(path[-1], None)
+    return out
+
+
+def settings_key(resolved: dict[str, Any]) -> str:
+    """The short hash of `trained_settings`: seeds of one experiment share it."""
+    from tunepilot.campaign import stable_hash
+
+    return stable_hash(trained_settings(resolved))
+
+
+def read_resolved(folder: Any) -> dict[str, Any] | None:
+    """A run's config.resolved.yaml, None when absent or unreadable (safe YAML only)."""
+    from pathlib import Path
+
+    import yaml
+
+    try:
+        value = yaml.safe_load((Path(folder) / "config.resolved.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def other_settings(run: dict[str, Any], expected: dict[str, Any], variant: str) -> str | None:
+    """Why a run cannot be pooled with the other seeds of `variant` (V1, V2), or None: the
+    settings it trained with differ from what the campaign says that variant is. A setting
+    only one side has (written by another tunepilot version, which had no such key) is not
+    a difference: it ran with that version's default."""
+    mine, theirs = _leaves(trained_settings(run)), _leaves(trained_settings(expected))
+    differ = [k for k in sorted(set(mine) & set(theirs)) if mine[k] != theirs[k]]
+    if not differ:
+        return None
+    shown = ", ".join(f"{k} {mine.get(k)!r} where the campaign's `{variant}` has "
+                      f"{theirs.get(k)!r}" for k in differ[:3])  # fmt: skip
+    more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+    return (f"trained with other settings than `{variant}` ({shown}{more}; config "
+            f"{settings_key(run)} vs {settings_key(expected)}): another experiment under the "
+            "same name is never pooled with its seeds (V1, V2); give it its own variant, or run "
+            "it again as the campaign says")  # fmt: skip
+
+
+def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_leaves(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}

@@ -129,14 +129,22 @@ def run_any(ws: Workspace, variants: list[str] | None, seeds: str | None,
 
 def resume_any(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool,
                nproc: int | None = None, torchrun_args: list[str] | None = None,
-               from_step: str | None = None) -> int:
+               from_step: str | None = None, allow_backend_change: bool = False) -> int:
     """A run that trained with replicas resumes with the same strategy and world size.
-    `from_step` (`step-N`) picks the checkpoint instead of the newest that verifies."""
+    `from_step` (`step-N`) picks the checkpoint instead of the newest that verifies. A run
+    resumes on the backend it trained on, unless `allow_backend_change` (B1)."""
     from tunepilot.experiments.jobs import distributed_settings_of, resume_distributed
+    from tunepilot.experiments.recovery import resume_backend
     from tunepilot.train.resume_point import parse_step
 
     with _open_ledger(ws) as ledger:  # an unknown id (or a path) is refused before any file read
-        ledger.get_run(run_id)
+        row = ledger.get_run(run_id)
+        note = resume_backend(ws, run_id, ledger.run_folder(row), allow_backend_change)
+        if note:
+            ledger.add_note(note, run_id=run_id)
+            from tunepilot.console import error_console
+
+            error_console.print(f"[yellow]note:[/] {note}", highlight=False)
     step = None if from_step is None else parse_step(from_step)
     if distributed_settings_of(ws.runs_dir / run_id) is not None:
         if step is not None:
@@ -185,6 +193,12 @@ def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after
     session = Session(ws)
     outcomes = []
     with _open_ledger(ws) as ledger:
+        from tunepilot.experiments.recovery import other_backends
+
+        if elsewhere := other_backends(ws, ledger):
+            from tunepilot.console import error_console
+
+            error_console.print(f"[yellow]note:[/] {elsewhere}", highlight=False)
         for name in names:
             for seed in parse_seeds(seeds, ws.campaign.seeds):
                 say.print(f"[bold]run[/] {name} seed {seed}")

@@ -17,8 +17,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tunepilot.campaign import stable_hash
 from tunepilot.console import json_safe
 from tunepilot.data.workspace import Workspace
@@ -194,18 +192,12 @@ def _run(ws: Workspace, ledger: Any, row: Any) -> dict[str, Any]:
 
 
 def _config_key(folder: Path) -> str | None:
-    """The run's resolved configuration without its seed: seeds of one experiment share it."""
-    try:
-        config = yaml.safe_load((folder / "config.resolved.yaml").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return None
-    if not isinstance(config, dict):
-        return None
-    config.pop("_run", None)
-    config.pop("tracking", None)
-    if isinstance(config.get("training"), dict):
-        config["training"].pop("seed", None)
-    return stable_hash(config)
+    """The run's trained settings without its seed: seeds of one experiment share it (the
+    key compare pools by, experiments.eligibility)."""
+    from tunepilot.experiments.eligibility import read_resolved, settings_key
+
+    resolved = read_resolved(folder)
+    return settings_key(resolved) if resolved is not None else None
 
 
 def _env_summary(env: Any) -> dict[str, Any] | None:
@@ -223,7 +215,6 @@ def _env_summary(env: Any) -> dict[str, Any] | None:
 
 
 def _hypothesis(ws: Workspace, history: list[dict[str, Any]]) -> dict[str, Any]:
-    from tunepilot.campaign import stable_hash
 
     c = ws.campaign
     current = c.hypothesis.model_dump(mode="json")
