@@ -61,22 +61,46 @@ BANKING = {"fields": {"label": "category"}}
 @pytest.mark.realdata
 @pytest.mark.parametrize("cleaning", [DEFAULT_CLEANING, [*DEFAULT_CLEANING,
                                                          "drop_exact_duplicates"]])  # fmt: skip
-def test_d2_d6_a_ham_text_copied_as_spam_fails_and_deduplication_never_hides_it(
+def test_d2_d6_a_ham_text_copied_as_spam_is_caught_and_deduplication_never_hides_it(
     shared_data: Path, tmp_path: Path, cleaning: list[str]
 ) -> None:
+    """A training ham text copied once as spam into the test file: FAIL (the test scores a
+    correct answer as wrong); with drop_exact_duplicates the copy is dropped, and the audit
+    still names both rows (WARN: the kept label is whichever came first)."""
     rows = sms_rows(shared_data)
     ham = next(r for r in rows[40:] if r.startswith("ham\t")).split("\t", 1)[1]
-    planted = [*rows, f"spam\t {ham.upper()}"]  # another case and a space: the same text
-    (tmp_path / "planted.tsv").write_text("\n".join(planted) + "\n", encoding="utf-8")
-    found = audit(tmp_path, sms_campaign("planted.tsv", cleaning))
+    test = [*rows[1500:], f"spam\t {ham.upper()}"]  # another case and a space: the same text
+    (tmp_path / "train.tsv").write_text("\n".join(rows[:1500]) + "\n", encoding="utf-8")
+    (tmp_path / "test.tsv").write_text("\n".join(test) + "\n", encoding="utf-8")
+    data = {**sms_campaign("train.tsv", cleaning), "file": None,
+            "files": {"train": "train.tsv", "test": "test.tsv"}}  # fmt: skip
+    found = audit(tmp_path, data)
     conflict = found["conflicting labels"]
-    assert conflict.verdict is FAIL, conflict.sentence
-    assert f"planted.tsv:{len(planted)}" in conflict.sentence  # the copy, by file:line
+    assert f"test.tsv:{len(test)}" in conflict.sentence, conflict.sentence  # the copy
     assert "'ham'" in conflict.sentence and "'spam'" in conflict.sentence
     if "drop_exact_duplicates" in cleaning:  # the rule kept one label and dropped the other
-        assert conflict.details["hidden_by_dedup"] == 1
+        assert conflict.verdict is WARN and conflict.details["hidden_by_dedup"] == 1
         assert "drop_exact_duplicates" in conflict.sentence
         assert "another label" in found["cleaning"].sentence
+    else:
+        assert conflict.verdict is FAIL and conflict.details["across_splits"] == 1
+        assert "scores a correct answer as wrong" in conflict.sentence
+
+
+@pytest.mark.realdata
+def test_d2_d6_a_contradiction_inside_training_only_warns(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    rows = sms_rows(shared_data, 600)
+    ham = next(r for r in rows if r.startswith("ham\t")).split("\t", 1)[1]
+    (tmp_path / "train.tsv").write_text("\n".join([*rows, f"spam\t{ham}"]) + "\n")
+    more = sms_rows(shared_data, 900)
+    (tmp_path / "validation.tsv").write_text("\n".join(more[600:750]) + "\n")
+    (tmp_path / "test.tsv").write_text("\n".join(more[750:]) + "\n")
+    files = {"train": "train.tsv", "validation": "validation.tsv", "test": "test.tsv"}
+    data = {**sms_campaign("train.tsv", DEFAULT_CLEANING), "file": None, "files": files}
+    conflict = audit(tmp_path, data)["conflicting labels"]
+    assert conflict.verdict is WARN and "train.tsv:601" in conflict.sentence, conflict.sentence
 
 
 @pytest.mark.realdata

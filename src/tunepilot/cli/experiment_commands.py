@@ -130,6 +130,8 @@ def resume(
       tunepilot resume control-s0-1 campaign.yaml
 
       tunepilot resume control-s0-1 campaign.yaml --from step-000100
+
+      tunepilot resume control-s0-1 campaign.yaml --allow-backend-change
     """
     from tunepilot.experiments import flow as run_flow
 

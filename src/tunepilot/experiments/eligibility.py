@@ -122,7 +122,12 @@ def other_settings(run: dict[str, Any], expected: dict[str, Any], variant: str) 
     settings it trained with differ from what the campaign says that variant is. A setting
     only one side has (written by another tunepilot version, which had no such key) is not
     a difference: it ran with that version's default."""
-    mine, theirs = _leaves(trained_settings(run)), _leaves(trained_settings(expected))
+    from tunepilot.campaign.loading import leaf_settings
+
+    mine, theirs = (
+        {".".join(k): v for k, v in leaf_settings(trained_settings(side)).items()}
+        for side in (run, expected)
+    )
     differ = [k for k in sorted(set(mine) & set(theirs)) if mine[k] != theirs[k]]
     if not differ:
         return None
@@ -134,11 +139,3 @@ def other_settings(run: dict[str, Any], expected: dict[str, Any], variant: str) 
             "same name is never pooled with its seeds (V1, V2); give it its own variant, or run "
             "it again as the campaign says")  # fmt: skip
 
-
-def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict) and value:
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_leaves(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: value}

@@ -69,11 +69,12 @@ def check_conflicting_answers(
     is_generic: Any = None,
 ) -> Finding:
     """D2/D6: the same input after normalisation with different labels (answers), inside a
-    split, across splits, or hidden by drop_exact_duplicates. FAIL for classification (a
-    correct answer is scored wrong), a WARN for generation tasks (a context the model is not
-    given can explain it). A generic short turn said in many groups ("thanks, that solved
-    it!", `data.generic`) carries its group's label, not a label of its words: counted apart,
-    a WARN."""
+    split, across splits, or hidden by drop_exact_duplicates. FAIL for classification when
+    an evaluation split holds one (a correct answer is scored wrong), a WARN when only
+    training does or deduplication removed it (label noise, the first copy's label kept),
+    and for generation tasks (a context the model is not given can explain it). A generic
+    short turn said in many groups ("thanks, that solved it!", `data.generic`) carries its
+    group's label, not a label of its words: counted apart, a WARN."""
     by_id = {ex.id: (s, ex) for s in _order(splits) for ex in splits[s]}
     texts, formulas = [], []
     for g in groups:
@@ -103,6 +104,7 @@ def conflict_finding(
         sentence = f"no {what} carries two different {noun} after normalisation"
         return Finding(check, PASS, sentence, "D2, D6")
     across = sum(1 for g in found if len({m.split for m in g}) > 1)
+    scored = [g for g in found if any(m.split not in ("train", "kept", "dropped") for m in g)]
     parts = []
     if found:
         shown = "; ".join(" vs ".join(m.shown() for m in _two(g)) for g in found[:3])
@@ -113,15 +115,19 @@ def conflict_finding(
         parts.append(
             f"{len(dropped)} {'more ' if found else ''}{what}(s) with different {noun} were "
             "hidden by data.cleaning's drop_exact_duplicates, which kept the first copy's "
-            f"{noun[:-1]} and dropped the other (e.g. kept "
-            f"{kept.answer!r} at {kept.source}, dropped {gone.answer!r} at {gone.source})"
+            f"{noun[:-1]} and dropped the other (e.g. kept {kept.answer!r} at {kept.source}, "
+            f"dropped {gone.answer!r} at {gone.source})"
         )
+    harm = ("the evaluation scores a correct answer as wrong" if scored else
+            "training is taught both" if found else
+            f"training keeps whichever {noun[:-1]} came first")  # fmt: skip
     sentence = (
-        f"{'; '.join(parts)}: training teaches both and the evaluation scores a correct answer "
-        f"as wrong; correct the {noun} of those rows, or give the input that tells them apart "
-        "(data.fields.context)" + formulas
+        f"{'; '.join(parts)}: {harm}; correct the {noun} of those rows, or give the input "
+        "that tells them apart (data.fields.context)" + formulas
     )
-    verdict = FAIL if task in CLASSIFICATION_TASKS else WARN
+    # FAIL where an evaluation split holds the contradiction (a correct answer scored wrong);
+    # inside training, or removed by deduplication, the labels are noise: a WARN
+    verdict = FAIL if scored and task in CLASSIFICATION_TASKS else WARN
     details = {
         "groups": len(found),
         "across_splits": across,
