@@ -43,8 +43,16 @@ def test_s4_tiny_campaign_passes_all_13_gates_in_order(pilot) -> None:
     _, result = pilot
     assert [r.phase for r in result.rows] == NAMES
     assert [r.number for r in result.rows] == list(range(1, 14))
-    bad = {r.phase: r.sentence for r in result.rows if r.verdict != "PASS"}
-    assert not bad
+    bad = {r.phase: r for r in result.rows if r.verdict != "PASS"}
+    # The generated tickets repeat stock closing messages across queues: the audit WARNs that
+    # drop_exact_duplicates kept one queue's label and dropped the others' (D2, D6). Nothing
+    # else may be below PASS.
+    assert set(bad) <= {"data"}, {k: r.sentence for k, r in bad.items()}
+    if "data" in bad:
+        found = {f["check"]: f for f in bad["data"].details["findings"]}
+        below = {c: f["verdict"] for c, f in found.items() if f["verdict"] != "PASS"}
+        assert below == {"conflicting labels": "WARN"}, below
+        assert found["conflicting labels"]["details"]["hidden_by_dedup"] > 0
     assert not result.failed
 
 
@@ -80,7 +88,8 @@ def test_s5_gates_json_holds_rows_env_config_hash_and_data_version(pilot) -> Non
     assert saved["config_hash"] == ws.campaign.config_hash()
     assert saved["data_version"] and saved["env"]["torch"]["version"] == torch.__version__
     assert [r["phase"] for r in saved["rows"]] == NAMES
-    assert saved["verdict"] == "PASS"
+    assert saved["verdict"] == max((r["verdict"] for r in saved["rows"]),
+                                   key=["PASS", "WARN", "FAIL"].index) != "FAIL"
     samples = json.loads((result.folder / "samples.json").read_text())
     assert samples and all(s["tokens"] for s in samples)
     assert "loss on label" in (result.folder / "samples.txt").read_text()

@@ -53,16 +53,6 @@ def write_demo_campaign(
         else:
             model, _ = base_model_choice(folder)
         text = text.replace("name_or_path: minilm ", f"name_or_path: {model} ")
-        # The generated messages are written in their queue's own words (tickets.py): the
-        # audit counts the rows whose text names the class and FAILs above the share the
-        # campaign declares; this one declares what its generator does.
-        assert "  max_length: 64\n" in text, "the classification template's data block changed"
-        text = text.replace("  max_length: 64\n", (
-            "  max_length: 64\n"
-            "  audit:                          # the generated messages name their queue in "
-            "plain words\n"
-            "    target_leak_share: 0.4        # (\"I want to return\", \"no delivery yet\"): "
-            "about 30% of rows\n"), 1)  # fmt: skip
     else:
         from tunepilot.model.tiny import build_tiny_llama
 
