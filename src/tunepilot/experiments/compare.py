@@ -1,11 +1,14 @@
 """Variants against their control, over every seed, ending in a decision (V2, V3, V5-V7, H2).
 
-Read from the ledger only: per variant its runs by seed, the final validation evaluation of
+Read from the ledger and each run's own config.resolved.yaml and env.json: per variant its runs by
+seed, the final validation evaluation of
 each completed run, mean and standard deviation of the headline metrics over *all* seeds (V6),
 a paired bootstrap confidence interval of the difference to the control on per-example
 predictions, per-class (per-field) deltas, and the guards vs the baseline and the control (H2).
 Runs that diverged, were interrupted, failed or are invalid keep their line and reason (V3); a
-run evaluated under another eval config or data version is not compared, and says why (V2).
+run evaluated under another eval config or data version, trained with other settings than its
+variant has in the campaign, or on another backend than the control's, is not compared, and
+says why (V1, V2, B1; eligibility.py).
 The decision follows one written rule (decision.py): guards pass, the gain survives a Holm
 correction across the variants, and it rests on more than one seed; otherwise the control
 stays, a result in its own right (V7).
@@ -32,7 +35,7 @@ from tunepilot.experiments.compare_stats import (
     stacked,
 )
 from tunepilot.experiments.decision import decide
-from tunepilot.experiments.eligibility import incomparable
+from tunepilot.experiments.eligibility import exclude_unpoolable, incomparable
 from tunepilot.experiments.guards import check_guards
 from tunepilot.verdict import Finding, Verdict
 
@@ -133,7 +136,7 @@ def compare_ledger(
     lines = [_line(ledger, r) for r in ledger.list_runs()]
     names = list(dict.fromkeys([CONTROL, *campaign.variants, *(x.variant for x in lines)]))
     cmp.variants = [VariantResult(n, [x for x in lines if x.variant == n]) for n in names]
-    cmp.notes += _exclude_unpoolable(cmp.variants, campaign, ledger)
+    cmp.notes += exclude_unpoolable(cmp.variants, campaign, ledger)
     control = cmp.variants[0]
     evaluated = [x for x in control.runs if x.excluded is None]
     if not evaluated:
@@ -195,49 +198,6 @@ def _line(ledger: Any, r: Any) -> RunLine:
     line.evaluation_id, line.metrics = e.id, e.metrics
     line.eval_config_hash, line.data_version = e.eval_config_hash, e.data_version
     return line
-
-
-def _exclude_unpoolable(variants: list[VariantResult], campaign: Campaign,
-                        ledger: Any) -> list[str]:  # fmt: skip
-    """The pooling rule (V1, V2, B1), before any number is drawn: a run trained with other
-    settings than its variant has in the campaign (a command-line override, an edited file)
-    is listed apart with the difference, never counted as one more seed; and runs are
-    compared within one backend, the one the latest pooled control run used (another kernel
-    library or card is another measurement). Returns notes on what could not be checked."""
-    from tunepilot.campaign.variants import variant_campaign
-    from tunepilot.errors import InputError
-    from tunepilot.experiments.eligibility import other_settings, read_resolved
-
-    unknown = []
-    for v in variants:
-        try:
-            expected = variant_campaign(campaign, v.name).model_dump(mode="json")
-        except InputError:
-            expected = None  # a variant no longer in the campaign: nothing to hold it to
-        for x in v.used:
-            resolved = read_resolved(ledger.run_folder(x.run_id))
-            if resolved is None:
-                unknown.append(x.run_id)
-            elif expected is not None and (why := other_settings(resolved, expected, v.name)):
-                x.excluded = f"not pooled: {why}"
-    reference = [x for x in variants[0].used if x.backend is not None] if variants else []
-    if reference:
-        ref = max(reference, key=lambda x: x.evaluation_id or 0)
-        for v in variants:
-            for x in v.used:
-                if x.backend is not None and x.backend != ref.backend:
-                    x.excluded = (
-                        f"not compared: ran on {x.backend} but the control ({ref.run_id}) on "
-                        f"{ref.backend}: runs on different backends are not one measurement "
-                        f"(B1); run it again on {ref.backend}, or run the control on "
-                        f"{x.backend} too and compare those")  # fmt: skip
-    missing = sorted(set(unknown) | {x.run_id for v in variants for x in v.used
-                                     if x.backend is None})  # fmt: skip
-    if not missing:
-        return []
-    return [f"{len(missing)} run(s) have no recorded settings or backend (config.resolved.yaml, "
-            f"env.json: {', '.join(missing[:5])}): pooled without checking that they trained "
-            "as their variant says, on one backend"]  # fmt: skip
 
 
 def _exclude_incomparable(v: VariantResult, ref: RunLine) -> None:

@@ -3,7 +3,9 @@
 Kept apart from the statistics because it is a rule about *what* is compared, not *how*: the
 same evaluation procedure and the same examples are required; another encoding of those
 examples (max_length, template, tokenizer) is a variant like any other, unless it cut the
-expected answers.
+expected answers. Before that, what may be pooled at all (`exclude_unpoolable`): the seeds of
+a variant are the runs that trained as the campaign says the variant trains (V1, V2), on the
+backend the control ran on (B1).
 """
 
 from __future__ import annotations
@@ -139,3 +141,43 @@ def other_settings(run: dict[str, Any], expected: dict[str, Any], variant: str) 
             "same name is never pooled with its seeds (V1, V2); give it its own variant, or run "
             "it again as the campaign says")  # fmt: skip
 
+
+def exclude_unpoolable(variants: list[Any], campaign: Any, ledger: Any) -> list[str]:
+    """The pooling rule (V1, V2, B1), before any number is drawn: a run trained with other
+    settings than its variant has in the campaign (a command-line override, an edited file)
+    is listed apart with the difference, never counted as one more seed; and runs are
+    compared within one backend, the one the latest pooled control run used (another kernel
+    library or card is another measurement). Returns notes on what could not be checked."""
+    from tunepilot.campaign.variants import variant_campaign
+    from tunepilot.errors import InputError
+
+    unknown = []
+    for v in variants:
+        try:
+            expected = variant_campaign(campaign, v.name).model_dump(mode="json")
+        except InputError:
+            expected = None  # a variant no longer in the campaign: nothing to hold it to
+        for x in v.used:
+            resolved = read_resolved(ledger.run_folder(x.run_id))
+            if resolved is None:
+                unknown.append(x.run_id)
+            elif expected is not None and (why := other_settings(resolved, expected, v.name)):
+                x.excluded = f"not pooled: {why}"
+    reference = [x for x in variants[0].used if x.backend is not None] if variants else []
+    if reference:
+        ref = max(reference, key=lambda x: x.evaluation_id or 0)
+        for v in variants:
+            for x in v.used:
+                if x.backend is not None and x.backend != ref.backend:
+                    x.excluded = (
+                        f"not compared: ran on {x.backend} but the control ({ref.run_id}) on "
+                        f"{ref.backend}: runs on different backends are not one measurement "
+                        f"(B1); run it again on {ref.backend}, or run the control on "
+                        f"{x.backend} too and compare those")  # fmt: skip
+    missing = sorted(set(unknown) | {x.run_id for v in variants for x in v.used
+                                     if x.backend is None})  # fmt: skip
+    if not missing:
+        return []
+    return [f"{len(missing)} run(s) have no recorded settings or backend (config.resolved.yaml, "
+            f"env.json: {', '.join(missing[:5])}): pooled without checking that they trained "
+            "as their variant says, on one backend"]  # fmt: skip
