@@ -1,8 +1,8 @@
 """Variants against their control, over every seed, ending in a decision (V2, V3, V5-V7, H2).
 
-Read from the ledger and each run's own config.resolved.yaml and env.json: per variant its runs by
-seed, the final validation evaluation of
-each completed run, mean and standard deviation of the headline metrics over *all* seeds (V6),
+Read from the ledger and each run's own config.resolved.yaml and env.json: per variant its
+runs by seed, the final validation evaluation of each completed run, mean and standard
+deviation of the headline metrics over *all* seeds (V6),
 a paired bootstrap confidence interval of the difference to the control on per-example
 predictions, per-class (per-field) deltas, and the guards vs the baseline and the control (H2).
 Runs that diverged, were interrupted, failed or are invalid keep their line and reason (V3); a
