@@ -1,4 +1,4 @@
-"""Our training loop vs transformers.Trainer on the same banking77 work (issue: training core).
+"""Our training loop vs transformers.Trainer on the same banking77 work.
 
 Same model (MiniLM + LoRA r=8 on query/value, classifier trained), same examples per update
 (microbatch 8 x accumulation 2 = 16), same number of updates, same max_length (128), same lr,

@@ -1,5 +1,5 @@
-"""The dry run next to published memory figures for well-known fine-tuning setups (issue 10,
-item 6 "on paper"), printed as the markdown table kept in docs/sizing-validation.md.
+"""The dry run next to published memory figures for well-known fine-tuning setups (S1, on
+paper), printed as the markdown table kept in docs/sizing-validation.md.
 
     .venv/bin/python benchmarks/bench_published_memory.py [--only NAME]
 
@@ -109,7 +109,7 @@ def predict(setup: Setup) -> tuple[float, str, float, str]:
     """(predicted bytes per GPU, which phase, seconds the dry run took, its split in GiB)."""
     from tunepilot.data.workspace import Workspace
     from tunepilot.sizing.dry_run.run import dry_run
-    from tunepilot.sizing.sheet import multi_gpu_bytes
+    from tunepilot.sizing.fit import FSDP, TRAINING_PHASES, Layout, per_gpu_bytes
 
     with tempfile.TemporaryDirectory() as tmp:
         ws = Workspace.open(campaign_for(setup, Path(tmp)))
@@ -121,8 +121,9 @@ def predict(setup: Setup) -> tuple[float, str, float, str]:
     split = " / ".join(f"{getattr(training, k) / GIB:.1f}" for k in
                        ("weights", "gradients", "optimizer", "activations", "temporaries"))
     if setup.gpus > 1:
-        _, fsdp = multi_gpu_bytes(dry, setup.gpus)
-        return float(fsdp), f"{dry.peak().phase}, FSDP over {setup.gpus}", seconds, split
+        sharded = per_gpu_bytes(dry, Layout(FSDP, setup.gpus))
+        phase = max(TRAINING_PHASES, key=lambda k: sharded[k])
+        return float(sharded[phase]), f"{phase}, FSDP over {setup.gpus}", seconds, split
     return float(training.peak), training.phase, seconds, split
 
 

@@ -77,12 +77,12 @@ def test_h2_null_where_the_schema_forbids_it_is_present_but_schema_invalid():
     ],
     ids=["minimum", "pattern", "oneOf", "$ref", "format"],
 )
-def test_16c_schema_validity_honours_every_keyword_of_the_draft(schema, bad, good):
+def test_h2_schema_validity_honours_every_keyword_of_the_draft(schema, bad, good):
     assert schema_errors(good, schema) == []
     assert len(schema_errors(bad, schema)) == 1
 
 
-def test_16c_the_declared_draft_decides_what_the_schema_means():
+def test_h2_the_declared_draft_decides_what_the_schema_means():
     draft4 = {
         "$schema": "http://json-schema.org/draft-04/schema#",
         "type": "number",
@@ -114,14 +114,14 @@ def _extraction_with(schema: dict) -> dict:
     ],
     ids=["type", "nested-keyword", "unknown-draft", "dangling-ref", "remote-ref"],
 )
-def test_16c_an_invalid_target_schema_is_refused_at_load_naming_the_key(schema, words):
+def test_h2_an_invalid_target_schema_is_refused_at_load_naming_the_key(schema, words):
     with pytest.raises(InputError) as caught:
         validate_mapping(_extraction_with(schema))
     text = str(caught.value)
     assert "hypothesis.target_schema" in text and words in text, text
 
 
-def test_16c_validate_names_the_schema_key_and_exits_2(tmp_path: Path):
+def test_h2_validate_names_the_schema_key_and_exits_2(tmp_path: Path):
     raw = _extraction_with({"type": "object", "properties": {"amount": {"type": "numbr"}}})
     path = tmp_path / "campaign.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")

@@ -96,7 +96,7 @@ def test_p4_hub_id_without_revision_is_refused() -> None:
     assert "pin the exact commit" in err.value.problems[0].fix
 
 
-def test_5b_hub_id_not_cached_under_hf_hub_offline_fails_fast_naming_hf_download(
+def test_p4_hub_id_not_cached_under_hf_hub_offline_fails_fast_naming_hf_download(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -134,7 +134,7 @@ def _resolve_in_new_process(name: str, revision: str, **env: str) -> dict:
     return json.loads(done.stdout)
 
 
-def test_5b_hub_id_resolves_through_hf_hub_cache_env_offline_and_records_the_commit(
+def test_p4_hub_id_resolves_through_hf_hub_cache_env_offline_and_records_the_commit(
     tiny_bert_dir: Path, tmp_path: Path
 ) -> None:
     cache = tmp_path / "hub"
@@ -149,7 +149,7 @@ def test_5b_hub_id_resolves_through_hf_hub_cache_env_offline_and_records_the_com
 
 
 @pytest.mark.slow  # huggingface_hub retries the refused connection with back-off (~25 s)
-def test_5b_hub_id_not_cached_is_downloaded_without_any_tunepilot_variable(
+def test_p4_hub_id_not_cached_is_downloaded_without_any_tunepilot_variable(
     tmp_path: Path,
 ) -> None:
     """Without HF_HUB_OFFLINE the Hub is asked: an endpoint that refuses the connection

@@ -37,7 +37,7 @@ def _variants(**variants) -> dict:
     return _with("variants", {n: {"explain": "x", "overrides": o} for n, o in variants.items()})
 
 
-# -- item 3: overrides deep-merge to leaf keys -------------------------------------------------
+# -- V1: overrides deep-merge to leaf keys -----------------------------------------------------
 
 
 def test_v1_nested_variant_override_keeps_every_sibling_setting_of_the_control():
@@ -86,7 +86,7 @@ def test_h1_nested_command_line_override_merges_into_the_file(tmp_path):
     assert campaign.training.lr == 5e-5 and campaign.training.accumulation == 4
 
 
-# -- item 16b: a wrong command-line override names the argument --------------------------------
+# -- H1: a wrong command-line override names the argument --------------------------------------
 
 
 def test_h1_wrong_dotted_override_names_the_command_line_argument_not_a_yaml_line(tmp_path):
@@ -103,7 +103,7 @@ def test_h1_wrong_dotted_override_names_the_command_line_argument_not_a_yaml_lin
     assert "campaign.yaml:" in problem.where and "`training.budget.epochs=2`" in problem.where
 
 
-# -- items 13, 14: bounds in the schema, once ---------------------------------------------------
+# -- H1: bounds in the schema, once ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -196,7 +196,7 @@ def test_v1_bad_run_options_exit_2_before_anything_runs(tmp_path, args, needle):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "tunepilot.db").exists()
 
 
-def test_issue11_16b_a_bracketed_override_is_printed_whole_not_eaten_as_markup(tmp_path):
+def test_h1_a_bracketed_override_is_printed_whole_not_eaten_as_markup(tmp_path):
     """`data.cleaning=[bogus]` was shown as `data.cleaning=`: the terminal's markup took the
     brackets. Every problem prints the argument, the value and the fix as written."""
     (tmp_path / "data.jsonl").write_text('{"text": "x", "queue": "q"}\n')
@@ -219,7 +219,7 @@ def test_issue11_16b_a_bracketed_override_is_printed_whole_not_eaten_as_markup(t
         (None, "training.lr=" + "[" * 5000 + "]" * 5000, "nested too deeply"),
     ],
 )
-def test_issue11_13_a_self_referencing_or_deeply_nested_yaml_is_bad_input(
+def test_h1_a_self_referencing_or_deeply_nested_yaml_is_bad_input(
     tmp_path, text, override, words
 ):
     """Both were a RecursionError or a circular-reference ValueError (exit 3): a YAML alias

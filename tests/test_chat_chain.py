@@ -100,5 +100,7 @@ def test_h1_chat_campaign_runs_show_audit_pilot_run_export_verify(
     assert export.returncode == (1 if fails else 0), export.stdout + export.stderr
     controls = json.loads((bundle / "control.json").read_text())
     assert controls["inputs"][0]["prompt_text"].endswith("<|assistant|>\n")
+    card = (bundle / "README.md").read_text()
+    assert "apply_chat_template" in card and str(root) not in card and "/tmp/" not in card  # L5
     verify = cli("verify", bundle, "--json", cwd=root)
     assert verify.returncode == 0, verify.stdout + verify.stderr

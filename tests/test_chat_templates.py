@@ -1,6 +1,6 @@
-"""Real chat templates without `{% generation %}` tags, as instruct models ship them (issue 12
-item 1): the prefix-diff way of locating assistant turns on Llama 3, ChatML, Phi-3, Zephyr and
-Gemma templates, a template that refuses a conversation named by the row, a template that
+"""Real chat templates without `{% generation %}` tags, as instruct models ship them (D3, D5):
+the prefix-diff way of locating assistant turns on Llama 3, ChatML, Phi-3, Zephyr and Gemma
+templates, a template that refuses a conversation named by the row, a template that
 rewrites earlier answers refused, and a broken template named as such.
 
 The templates are the published ones (trimmed of tool-calling branches); they run on the tiny
@@ -81,7 +81,7 @@ def _encoder(model: Path, template: str):
     ],
     ids=["llama3", "chatml", "phi3", "zephyr", "gemma"],
 )
-def test_issue12_1_prefix_diff_puts_the_loss_on_each_answer_and_its_end_of_turn(
+def test_d5_prefix_diff_puts_the_loss_on_each_answer_and_its_end_of_turn(
     tiny_chat_llama_dir: Path, template: str, turns: list[dict[str, str]], ends: list[str]
 ) -> None:
     encoder = _encoder(tiny_chat_llama_dir, template)
@@ -93,7 +93,7 @@ def test_issue12_1_prefix_diff_puts_the_loss_on_each_answer_and_its_end_of_turn(
     assert "you are welcome" not in prompt and "it ships today" in prompt
 
 
-def test_issue12_1_a_template_that_refuses_a_conversation_names_the_row_and_its_message(
+def test_d5_a_template_that_refuses_a_conversation_names_the_row_and_its_message(
     tiny_chat_llama_dir: Path,
 ) -> None:
     encoder = _encoder(tiny_chat_llama_dir, GEMMA)
@@ -107,7 +107,7 @@ def test_issue12_1_a_template_that_refuses_a_conversation_names_the_row_and_its_
         encoder.render_prompt(chat_example(TWO_TURNS))
 
 
-def test_issue12_1_a_template_that_rewrites_earlier_answers_is_refused_not_mismasked(
+def test_d5_a_template_that_rewrites_earlier_answers_is_refused_not_mismasked(
     tiny_chat_llama_dir: Path,
 ) -> None:
     turns = [dict(t) for t in TWO_TURNS]
@@ -120,7 +120,7 @@ def test_issue12_1_a_template_that_rewrites_earlier_answers_is_refused_not_misma
     assert problem.where == "chat.jsonl:1 (turn 3)" and "{% generation %}" in problem.fix
 
 
-def test_issue12_1_a_chat_template_that_is_not_jinja_is_named_with_its_line(
+def test_d5_a_chat_template_that_is_not_jinja_is_named_with_its_line(
     tiny_chat_llama_dir: Path,
 ) -> None:
     encoder = _encoder(tiny_chat_llama_dir, "{% for m in messages %}{{ m['content'] }")
@@ -131,7 +131,7 @@ def test_issue12_1_a_chat_template_that_is_not_jinja_is_named_with_its_line(
     assert "not valid Jinja (line 1" in problem.found
 
 
-def test_issue12_1_data_show_without_colour_brackets_exactly_the_assistant_turns(
+def test_d3_d5_data_show_without_colour_brackets_exactly_the_assistant_turns(
     tiny_chat_llama_dir: Path,
 ) -> None:
     """A pipe, a log or the pilot's samples.txt has no colour: the loss positions are then
@@ -170,7 +170,7 @@ def test_issue12_1_data_show_without_colour_brackets_exactly_the_assistant_turns
         assert "expected (the last assistant turn, what evaluation scores): you are welcome" in said
 
 
-def test_issue12_1_the_audit_reports_rows_the_template_refuses_instead_of_stopping(
+def test_d5_the_audit_reports_rows_the_template_refuses_instead_of_stopping(
     tiny_chat_llama_dir: Path,
 ) -> None:
     from tunepilot.campaign.schema import AuditSettings
@@ -190,7 +190,7 @@ def test_issue12_1_the_audit_reports_rows_the_template_refuses_instead_of_stoppi
     assert lengths.verdict is Verdict.FAIL and "System role not supported" in lengths.sentence
 
 
-def test_issue12_5_content_that_is_not_a_string_is_named_with_the_fix_for_its_shape(
+def test_d5_content_that_is_not_a_string_is_named_with_the_fix_for_its_shape(
     tiny_chat_llama_dir: Path, tmp_path: Path
 ) -> None:
     from test_chat_data import campaign, write_rows

@@ -225,7 +225,7 @@ def _rewrite_to_match(folder: Path, name: str, data: bytes) -> None:
         ("state.json", b"[1, 2]"),
     ],
 )
-def test_issue11_13_a_damaged_file_its_manifest_matches_falls_back_to_the_older_checkpoint(
+def test_r1_r4_a_damaged_file_its_manifest_matches_falls_back_to_the_older_checkpoint(
     tiny_llama_dir: Path, tmp_path: Path, name: str, damage: object
 ) -> None:
     """Not a SafetensorError or JSONDecodeError traceback (exit 3): the checkpoint is refused
@@ -250,7 +250,7 @@ def test_issue11_13_a_damaged_file_its_manifest_matches_falls_back_to_the_older_
     assert all(torch.equal(v, trainable(fresh)[k]) for k, v in at_two.items())
 
 
-def test_issue11_1_a_checkpoint_of_an_adapter_named_by_a_relative_base_never_asks_the_hub(
+def test_r1_a_checkpoint_of_an_adapter_named_by_a_relative_base_never_asks_the_hub(
     tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Since the adapter names its base by the campaign's own (relative) name, PEFT's "auto"

@@ -57,7 +57,7 @@ def ws(tmp_path: Path) -> Workspace:
     return Workspace.open(tmp_path / "campaign.yaml")
 
 
-def test_7_a_max_length_variant_of_the_same_examples_is_compared(ws: Workspace):
+def test_v2_a_max_length_variant_of_the_same_examples_is_compared(ws: Workspace):
     whole = {"answers_cut": 0, "train_answers_cut": 0}
     with Ledger.open(ws.ledger_path) as ledger:
         for seed in (0, 1, 2):
@@ -69,7 +69,7 @@ def test_7_a_max_length_variant_of_the_same_examples_is_compared(ws: Workspace):
     assert cmp.adopted == "longer", cmp.decision
 
 
-def test_7_an_encoding_that_cut_answers_is_not_the_same_experiment(ws: Workspace):
+def test_s6_an_encoding_that_cut_answers_is_not_the_same_experiment(ws: Workspace):
     with Ledger.open(ws.ledger_path) as ledger:
         add(ledger, "control", 0, "aaaaaaaaaaaaaaaa-11111111", 20,
             answers_cut=0, train_answers_cut=0)  # fmt: skip
@@ -87,7 +87,7 @@ def test_7_an_encoding_that_cut_answers_is_not_the_same_experiment(ws: Workspace
     assert cmp.adopted is None
 
 
-def test_7_the_data_version_keeps_the_examples_apart_from_their_encoding(tmp_path: Path):
+def test_d1_the_data_version_keeps_the_examples_apart_from_their_encoding(tmp_path: Path):
     rows = [{"text": f"ticket {i} about order {i * 11}", "label": LABELS[i % 3]}
             for i in range(30)]  # fmt: skip
     (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
@@ -108,7 +108,7 @@ def test_7_the_data_version_keeps_the_examples_apart_from_their_encoding(tmp_pat
 
 
 @pytest.mark.slow
-def test_7_max_length_variants_run_end_to_end_and_only_the_one_that_cut_answers_is_excluded(
+def test_s6_max_length_variants_run_end_to_end_and_only_the_one_that_cut_answers_is_excluded(
     tmp_path: Path,
 ):
     from tunepilot.demo.campaign import write_demo_campaign

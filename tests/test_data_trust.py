@@ -53,10 +53,10 @@ def prepared_of(splits, **kw) -> PreparedData:
                         kw.pop("label_names", []), [], {})  # fmt: skip
 
 
-# ---- item 4: a split the tool carves keeps the group and the time order ---------------------
+# ---- D8: a split the tool carves keeps the group and the time order -------------------------
 
 
-def test_4_files_policy_carves_the_missing_test_split_by_whole_groups():
+def test_d8_files_policy_carves_the_missing_test_split_by_whole_groups():
     train, val = grouped(40, 5, "t"), grouped(6, 5, "v")
     fields = Fields(text="text", label="label", group="group")
     policy = SplitPolicy(policy="files", test=0.2)
@@ -71,7 +71,7 @@ def test_4_files_policy_carves_the_missing_test_split_by_whole_groups():
     assert [ex.id for ex in again["test"]] == sealed
 
 
-def test_4_files_policy_carves_the_missing_validation_split_from_the_latest_period():
+def test_d8_files_policy_carves_the_missing_validation_split_from_the_latest_period():
     train = [Example(id=f"r{i:03d}", text=f"row {i}", source=f"t:{i + 1}", label="a",
                      time=f"2024-01-{1 + i // 4:02d}") for i in range(100)]  # fmt: skip
     fields = Fields(text="text", label="label", time="time")
@@ -90,7 +90,7 @@ def _conversations(n: int) -> list[Example]:
 
 
 @pytest.mark.parametrize("policy", ["time", "files"])
-def test_issue11_4_a_time_split_with_a_group_keeps_every_group_whole(policy: str):
+def test_d8_a_time_split_with_a_group_keeps_every_group_whole(policy: str):
     """A time split (or a split carved from a train file by time) cut conversations at the
     period boundary: the tool's own group leak, which the audit FAILed, advising a group split
     that loses the time order. Whole groups go by when they began; the rows of a group that
@@ -117,7 +117,7 @@ def test_issue11_4_a_time_split_with_a_group_keeps_every_group_whole(policy: str
     assert [ex.id for ex in again["test"]] == sealed
 
 
-def test_issue11_4_a_leak_under_a_group_or_time_split_is_blamed_on_the_seal_not_the_policy():
+def test_d8_a_leak_under_a_group_or_time_split_is_blamed_on_the_seal_not_the_policy():
     """Under a policy that keeps groups whole a leak can only come from an older sealed test:
     advising `split.policy: group` (or `time` under time) contradicted the policy in force."""
     rows = _conversations(10)
@@ -132,7 +132,7 @@ def test_issue11_4_a_leak_under_a_group_or_time_split_is_blamed_on_the_seal_not_
 
 
 @pytest.mark.realdata
-def test_4_sgd_files_with_a_group_field_carve_a_test_without_a_group_leak(shared_data, tmp_path):
+def test_d8_sgd_files_with_a_group_field_carve_a_test_without_a_group_leak(shared_data, tmp_path):
     folder = shared_data / "sgd_user_turns"
     for name, n in (("train", 3000), ("test", 600)):  # whole dialogues: rows are contiguous
         with open(folder / f"{name}.jsonl", encoding="utf-8") as handle:
@@ -152,7 +152,7 @@ def test_4_sgd_files_with_a_group_field_carve_a_test_without_a_group_leak(shared
     assert finding.verdict is PASS, finding.sentence
 
 
-# ---- item 5: gold answers are held to the answer schema -------------------------------------
+# ---- H2: gold answers are held to the answer schema -----------------------------------------
 
 SCHEMA = {
     "type": "object",
@@ -177,7 +177,7 @@ def _answers(prefix: str, targets: list) -> list[Example]:
             for i, t in enumerate(targets)]  # fmt: skip
 
 
-def test_5_gold_answers_that_break_the_schema_fail_the_audit_with_file_and_line():
+def test_h2_gold_answers_that_break_the_schema_fail_the_audit_with_file_and_line():
     good = {"order_id": "A-1", "amount": 3}
     splits = {
         "train": _answers("train", [good, {"order_id": "A-2", "amount": "3"}, good,
@@ -196,7 +196,7 @@ def test_5_gold_answers_that_break_the_schema_fail_the_audit_with_file_and_line(
     assert gold.examples == ["train1", "train3", "val1"]
 
 
-def test_5_gold_answers_that_match_pass_and_no_contract_cannot_validate():
+def test_h2_gold_answers_that_match_pass_and_no_contract_cannot_validate():
     splits = {"train": _answers("t", [{"order_id": None, "amount": None}]),
               "validation": _answers("v", [{"order_id": "A-7", "amount": 0}])}  # fmt: skip
     c = _extraction()
@@ -209,17 +209,17 @@ def test_5_gold_answers_that_match_pass_and_no_contract_cannot_validate():
     assert "cannot validate" in found["gold answers vs the answer schema"].sentence
 
 
-# ---- item 8: one class, impossible max_length, split files that are the train file ----------
+# ---- D6, S6, D8: one class, impossible max_length, split files that are the train file ------
 
 
-def test_8_single_class_training_data_fails_the_audit():
+def test_d6_single_class_training_data_fails_the_audit():
     splits = {"train": grouped(5, 4), "validation": grouped(2, 2, "v")}
     settings = DataSettings.model_validate({"file": "x.jsonl"})
     finding = check_class_balance(splits, ["a"], settings.audit)
     assert finding.verdict is FAIL and "single class" in finding.sentence
 
 
-def test_8_max_length_above_the_models_positions_fails_and_within_passes():
+def test_s6_max_length_above_the_models_positions_fails_and_within_passes():
     assert check_position_limit(1024, {"max_position_embeddings": 512}).verdict is FAIL
     assert "at most 512" in check_position_limit(1024, {"max_position_embeddings": 512}).sentence
     assert check_position_limit(512, {"max_position_embeddings": 512}).verdict is PASS
@@ -227,7 +227,7 @@ def test_8_max_length_above_the_models_positions_fails_and_within_passes():
     assert check_position_limit(64, {}).verdict is WARN  # cannot check: never PASS
 
 
-def test_8_audit_reads_the_position_limit_from_the_models_config(tiny_bert_dir, tmp_path):
+def test_s6_audit_reads_the_position_limit_from_the_models_config(tiny_bert_dir, tmp_path):
     from tunepilot.data.flow import audit_findings
     from tunepilot.data.workspace import Workspace
 
@@ -242,7 +242,7 @@ def test_8_audit_reads_the_position_limit_from_the_models_config(tiny_bert_dir, 
     assert limit.verdict is FAIL and "max_position_embeddings 512" in limit.sentence
 
 
-def test_8_validate_refuses_a_max_length_beyond_a_local_models_positions(tiny_bert_dir, tmp_path):
+def test_s6_validate_refuses_a_max_length_beyond_a_local_models_positions(tiny_bert_dir, tmp_path):
     _write_rows(tmp_path / "d.jsonl", 10)
     campaign = validate_mapping({
         "name": "x", "hypothesis": {"behaviour": "b", "task": "classification"},
@@ -257,7 +257,7 @@ def test_8_validate_refuses_a_max_length_beyond_a_local_models_positions(tiny_be
     assert problems[0].fix == "set it to at most 512"
 
 
-def test_issue11_8_a_max_length_beyond_the_positions_is_named_once_not_per_variant(
+def test_s6_a_max_length_beyond_the_positions_is_named_once_not_per_variant(
     tiny_bert_dir, tmp_path
 ):
     """The campaign's own max_length (or a command-line one) is one problem: the variants that
@@ -290,7 +290,7 @@ def _write_rows(path: Path, n: int, start: int = 0) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
 
 
-def test_8_validate_refuses_a_test_file_that_is_the_train_file(tmp_path: Path):
+def test_d8_validate_refuses_a_test_file_that_is_the_train_file(tmp_path: Path):
     _write_rows(tmp_path / "train.jsonl", 30)
     shutil.copy(tmp_path / "train.jsonl", tmp_path / "copy.jsonl")
     _write_rows(tmp_path / "val.jsonl", 10, start=100)
@@ -306,7 +306,7 @@ def test_8_validate_refuses_a_test_file_that_is_the_train_file(tmp_path: Path):
     assert "identical in content to data.files.train" in problems[0].found
 
 
-def test_8_a_validation_file_emptied_by_dedup_says_it_copies_train(tmp_path: Path):
+def test_d2_a_validation_file_emptied_by_dedup_says_it_copies_train(tmp_path: Path):
     _write_rows(tmp_path / "train.jsonl", 30)
     shutil.copy(tmp_path / "train.jsonl", tmp_path / "val.jsonl")
     campaign = _files_campaign(tmp_path, {"train": "train.jsonl", "validation": "val.jsonl"},
@@ -319,14 +319,14 @@ def test_8_a_validation_file_emptied_by_dedup_says_it_copies_train(tmp_path: Pat
     assert "val.jsonl:1 = " in text and "train.jsonl:1" in text
 
 
-# ---- item 9: generic short turns in different groups are not leaks --------------------------
+# ---- D2: generic short turns in different groups are not leaks ------------------------------
 
 
 def _turn(i: str, text: str, group: str) -> Example:
     return Example(id=i, text=text, source=f"f:{i}", group=group, label="a")
 
 
-def test_9_generic_turns_across_groups_warn_and_the_advice_never_asks_for_the_group_split():
+def test_d2_generic_turns_across_groups_warn_and_the_advice_never_asks_for_the_group_split():
     thanks = [_turn(f"t{g}", "thank you very much.", f"g{g}") for g in range(3)]
     other = [_turn(f"o{g}", f"please book table number {g} for dinner", f"g{g}") for g in range(30)]
     splits = {"train": thanks + other,
@@ -349,7 +349,7 @@ def test_9_generic_turns_across_groups_warn_and_the_advice_never_asks_for_the_gr
 
 
 @pytest.mark.realdata
-def test_9_sgd_clean_group_split_is_not_failed_by_generic_acknowledgements(shared_data, tmp_path):
+def test_d2_sgd_clean_group_split_is_not_failed_by_generic_acknowledgements(shared_data, tmp_path):
     campaign = validate_mapping({
         "name": "sgd", "hypothesis": {"behaviour": "acts", "task": "extraction"},
         "model": {"name_or_path": "unused-here"},
@@ -366,10 +366,10 @@ def test_9_sgd_clean_group_split_is_not_failed_by_generic_acknowledgements(share
     assert near.details["generic"] > 100 and "split by the unit" not in near.sentence
 
 
-# ---- item 16b: a TSV without a header row ---------------------------------------------------
+# ---- D1: a TSV without a header row ---------------------------------------------------------
 
 
-def test_16b_headerless_tsv_names_data_header_false_and_the_columns(tmp_path: Path):
+def test_d1_headerless_tsv_names_data_header_false_and_the_columns(tmp_path: Path):
     lines = ["ham\tsee you at the station at six", "spam\tWIN a free prize now, text 8080",
              "ham\tok, call me when you are home"]  # fmt: skip
     path = tmp_path / "messages.tsv"
@@ -386,7 +386,7 @@ def test_16b_headerless_tsv_names_data_header_false_and_the_columns(tmp_path: Pa
 
 
 @pytest.mark.realdata
-def test_16b_sms_spam_collection_read_with_its_first_message_as_header_is_explained(shared_data):
+def test_d1_sms_spam_collection_read_with_its_first_message_as_header_is_explained(shared_data):
     path = shared_data / "sms_spam" / "SMSSpamCollection"
     settings = {"file": str(path), "quoting": False, "fields": {"label": "label"}}
     with pytest.raises(InputError) as caught:
@@ -396,7 +396,7 @@ def test_16b_sms_spam_collection_read_with_its_first_message_as_header_is_explai
     assert len(load_file(path, fixed, "classification")) == 5574
 
 
-def test_8_validate_cli_exits_2_on_a_test_file_equal_to_train(tmp_path: Path):
+def test_d8_validate_cli_exits_2_on_a_test_file_equal_to_train(tmp_path: Path):
     _write_rows(tmp_path / "train.jsonl", 12)
     _write_rows(tmp_path / "val.jsonl", 4, start=50)
     campaign = {"name": "x", "model": {"name_or_path": "minilm"},

@@ -1,4 +1,4 @@
-"""The demo chain end to end on a tiny model (issue: deliver): every step runs through the real
+"""The demo chain end to end on a tiny model: every step runs through the real
 entry point and leaves the files a colleague re-reads (L5)."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def test_demo_refuses_to_overwrite_a_campaign(tmp_path: Path):
     assert (tmp_path / "campaign.yaml").read_text() == "name: mine\n"
 
 
-def test_issue11_16_a_step_with_nothing_to_work_on_is_not_counted_as_passed():
+def test_demo_a_step_with_nothing_to_work_on_is_not_counted_as_passed():
     """compare exits 2 when no run is comparable (every one diverged): the summary must not
     then say "every step passed"."""
     from tunepilot.demo.chain import StepLog

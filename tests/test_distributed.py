@@ -43,6 +43,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 from tunepilot.campaign import TrainingSettings
 from tunepilot.tasks.base import Encoded
+from tunepilot.measure.phase_log import PhaseLog
 from tunepilot.train import distributed
 from tunepilot.train.loop import train
 
@@ -66,11 +67,13 @@ def evaluate(model):
     return {"loss": float(out.loss), "generated": gen.tolist()}
 
 for name, strategy, stop_after, resume in spec["runs"]:
-    model = distributed.wrap_model(build(), strategy, ctx)
     run_dir = Path(spec["out"]) / name
+    phases = PhaseLog.for_run(run_dir, ctx.device, ctx.rank, ctx.world_size)  # as the worker
+    with phases.phase("load"):
+        model = distributed.wrap_model(build(), strategy, ctx)
     result = train(model, data, settings, run_dir, kind="causal_lm", pad_id=spec["pad_id"],
                    evaluate=evaluate, rank=ctx.rank, world_size=ctx.world_size, progress=False,
-                   stop_after=stop_after, resume=run_dir if resume else None)
+                   stop_after=stop_after, resume=run_dir if resume else None, phases=phases)
     line = json.dumps({"rank": ctx.rank, "run": name, "status": result.status}) + "\n"
     os.write(1, line.encode())  # one write: the ranks share the pipe, lines must not interleave
 distributed.shutdown(ctx)
@@ -220,6 +223,26 @@ def test_b3_b4_rank0_alone_writes_one_line_per_update_and_per_evaluation(
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == [
         "step-000003", "step-000006"
     ]  # fmt: skip
+
+
+def test_s4_s5_every_rank_of_a_ddp_run_records_its_memory_per_phase_with_the_same_bounds(
+    reference, ddp
+):
+    """Each rank writes its own rows (runs/<id>/memory/rank-K.jsonl): loading and wrapping,
+    the first update (optimizer state), a steady update, the checkpoint both join, and on
+    rank 0, which alone evaluates under DDP, the evaluation; every row with the same
+    counters on the same kind of device."""
+    from tunepilot.measure.phase_log import read_phase_rows
+
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    rows = read_phase_rows(reference["out"] / "ddp")
+    phases = {rank: [r["phase"] for r in rows if r["rank"] == rank] for rank in (0, 1)}
+    assert phases[0] == ["load", "first update", "steady update", "evaluation", "checkpoint"]
+    assert phases[1] == ["load", "first update", "steady update", "checkpoint"]
+    assert {(r["world_size"], r["device_kind"], tuple(r["counters"])) for r in rows} == {
+        (2, "cpu", ("rss",))}  # fmt: skip
+    assert all(r["completed"] and r["readings"][0]["peak_bytes"] > 0 for r in rows)
+    assert [r["update"] for r in rows if r["rank"] == 1] == [None, 1, 2, 3]
 
 
 @pytest.mark.slow
@@ -411,6 +434,14 @@ def test_b3_b4_s7_run_nproc_2_through_the_entry_points(campaign, single_run, str
     replicas = _curve(run_dir)
     print(f"\n{strategy} via torchrun: max relative gap {_relative_gap(replicas, single_run):.2e}")
     torch.testing.assert_close(replicas, single_run, rtol=RTOL, atol=0)
+    from tunepilot.measure.phase_log import read_phase_rows  # every rank's memory (S5)
+
+    memory = read_phase_rows(run_dir)
+    for rank in (0, 1):
+        mine = {r["phase"] for r in memory if r["rank"] == rank}
+        assert {"load", "first update", "steady update", "checkpoint"} <= mine, (rank, mine)
+    evaluating = {r["rank"] for r in memory if r["phase"] == "evaluation"}
+    assert evaluating == ({0, 1} if strategy == "fsdp" else {0})  # FSDP: every rank joins
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The GPU-free dry run (issue 10 items 1, 2, 7; S1, S3, S5): base precision, the meta-tensor
+"""The GPU-free dry run (P1, B1, S1, S3, S5): base precision, the meta-tensor
 run of every phase, exact block extrapolation, shipped configs, bad input."""
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ def _ws(path: Path, **overrides: object) -> Workspace:
 
 
 # --------------------------------------------------------------------------------------------
-# item 1: base precision
+# base precision (P1, B1)
 # --------------------------------------------------------------------------------------------
 
 
-def test_item1_bf16_base_keeps_lora_and_saved_modules_fp32_and_records_it(tiny_llama_dir) -> None:
+def test_p1_bf16_base_keeps_lora_and_saved_modules_fp32_and_records_it(tiny_llama_dir) -> None:
     from tunepilot.campaign import LoraSettings, ModelSettings
     from tunepilot.model.base import resolve_source
     from tunepilot.model.build import apply_method, load_model
@@ -57,7 +57,7 @@ def test_item1_bf16_base_keeps_lora_and_saved_modules_fp32_and_records_it(tiny_l
 @pytest.mark.parametrize(
     ("kind", "saved"), [("classification", ["pooler", "classifier"]), ("causal_lm", ["lm_head"])]
 )
-def test_item1_fp32_saved_modules_train_inside_a_bf16_base_without_autocast(
+def test_p1_fp32_saved_modules_train_inside_a_bf16_base_without_autocast(
     tiny_bert_dir, tiny_llama_dir, kind, saved
 ) -> None:
     """training.precision fp32 (the default) over a bf16 base: the fp32 head takes the base's
@@ -86,7 +86,7 @@ def test_item1_fp32_saved_modules_train_inside_a_bf16_base_without_autocast(
     assert all(torch.isfinite(g).all() for g in grads.values())
 
 
-def test_item1_a_quantized_base_on_cpu_is_refused_before_a_run_id_is_reserved(
+def test_p1_b1_a_quantized_base_on_cpu_is_refused_before_a_run_id_is_reserved(
     llama_campaign: Path,
 ) -> None:
     """`run` with model.base_dtype nf4 on this CPU is bad input naming the key, and leaves no
@@ -102,7 +102,7 @@ def test_item1_a_quantized_base_on_cpu_is_refused_before_a_run_id_is_reserved(
         assert ledger.list_runs() == []
 
 
-def test_item1_unset_base_dtype_resolves_to_fp32_on_cpu(tiny_llama_dir) -> None:
+def test_p1_unset_base_dtype_resolves_to_fp32_on_cpu(tiny_llama_dir) -> None:
     from tunepilot.campaign import ModelSettings
     from tunepilot.model.base import resolve_source
     from tunepilot.model.build import load_model
@@ -114,7 +114,7 @@ def test_item1_unset_base_dtype_resolves_to_fp32_on_cpu(tiny_llama_dir) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["nf4", "int8"])
-def test_item1_quantized_base_on_cpu_is_input_error_pointing_at_size(tiny_llama_dir, dtype) -> None:
+def test_p1_b1_quantized_base_on_cpu_is_input_error_pointing_at_size(tiny_llama_dir, dtype) -> None:
     from tunepilot.campaign import ModelSettings
     from tunepilot.model.base import resolve_source
     from tunepilot.model.build import load_model
@@ -128,11 +128,11 @@ def test_item1_quantized_base_on_cpu_is_input_error_pointing_at_size(tiny_llama_
 
 
 # --------------------------------------------------------------------------------------------
-# item 2: the dry run
+# the dry run (S1, S5)
 # --------------------------------------------------------------------------------------------
 
 
-def test_item2_dry_run_builds_the_run_model_and_splits_each_phase_peak(llama_campaign) -> None:
+def test_s1_s5_dry_run_builds_the_run_model_and_splits_each_phase_peak(llama_campaign) -> None:
     from tunepilot.model.build import apply_method, load_model
     from tunepilot.sizing.dry_run.run import PHASES, dry_run
 
@@ -160,7 +160,7 @@ def test_item2_dry_run_builds_the_run_model_and_splits_each_phase_peak(llama_cam
     assert result.phase("first step").inputs["length"] == longest <= 64
 
 
-def test_item2_two_and_three_blocks_extrapolate_to_four(llama_campaign, tmp_path) -> None:
+def test_s1_two_and_three_blocks_extrapolate_to_four(llama_campaign, tmp_path) -> None:
     from tunepilot.sizing.dry_run.config import architecture_config
     from tunepilot.sizing.dry_run.measure import measure_blocks
     from tunepilot.sizing.dry_run.run import PHASES, _combine, dry_run
@@ -188,7 +188,7 @@ def test_item2_two_and_three_blocks_extrapolate_to_four(llama_campaign, tmp_path
         assert got.activations == pytest.approx(want.activations, rel=0.01)
 
 
-def test_item2_attention_sized_per_backend_eager_keeps_the_l_by_l_matrix(llama_campaign) -> None:
+def test_s1_attention_sized_per_backend_eager_keeps_the_l_by_l_matrix(llama_campaign) -> None:
     from tunepilot.sizing.dry_run.run import dry_run
 
     ws = _ws(llama_campaign)
@@ -203,7 +203,7 @@ def test_item2_attention_sized_per_backend_eager_keeps_the_l_by_l_matrix(llama_c
 
 
 # --------------------------------------------------------------------------------------------
-# item 7: shipped configs
+# shipped configs (S1)
 # --------------------------------------------------------------------------------------------
 
 PUBLISHED_PARAMS = {  # total parameters of each base as its model card states them
@@ -216,7 +216,7 @@ PUBLISHED_PARAMS = {  # total parameters of each base as its model card states t
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
-def test_item7_shipped_config_has_source_and_builds_the_published_size(name, tmp_path) -> None:
+def test_s1_shipped_config_has_source_and_builds_the_published_size(name, tmp_path) -> None:
     from tunepilot.campaign import ModelSettings
     from tunepilot.model.base import ModelSource
     from tunepilot.model.build import build_from_config
@@ -234,7 +234,7 @@ def test_item7_shipped_config_has_source_and_builds_the_published_size(name, tmp
     assert counts[0] + (arch.layers - 1) * (counts[1] - counts[0]) == PUBLISHED_PARAMS[name]
 
 
-def test_item7_size_json_shipped_8b_config_without_download(llama_campaign) -> None:
+def test_s1_l1_size_json_shipped_8b_config_without_download(llama_campaign) -> None:
     done = _size(str(llama_campaign), "model.name_or_path=llama-3-8b-config", "data.max_length=32",
                  "training.eval_batch_size=1", "--gpu", "H100 80GB", "--json")  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -245,8 +245,10 @@ def test_item7_size_json_shipped_8b_config_without_download(llama_campaign) -> N
     assert frozen == PUBLISHED_PARAMS["llama-3-8b-config"]
     checkpoint = next(p for p in result["phases"] if p["phase"] == "checkpoint")
     assert checkpoint["weights"] == pytest.approx(2 * frozen, rel=0.01)  # a bf16 base
-    assert any("no tokenizer" in n for n in result["notes"])
+    # The shipped config has no tokenizer: the campaign's own measures the data, said so.
+    assert any("the campaign's own tokenizer" in n and "PROXY" in n for n in result["notes"])
     assert payload["fits"][0]["gpu"] == "H100 80GB" and payload["fits"][0]["verdict"] == "PASS"
+    assert payload["fits"][0]["phase"] in {p["phase"] for p in result["phases"]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -260,7 +262,7 @@ def _size(*args: str) -> subprocess.CompletedProcess:
                           timeout=300, env=env)  # fmt: skip
 
 
-def test_item2_size_bad_config_unknown_architecture_and_card_exit_2(llama_campaign, tmp_path):
+def test_s1_size_bad_config_unknown_architecture_and_card_exit_2(llama_campaign, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "llama",\n "hidden_size": }')
@@ -281,7 +283,7 @@ def test_item2_size_bad_config_unknown_architecture_and_card_exit_2(llama_campai
     assert "Traceback" not in done.stderr
 
 
-def test_item1_pilot_extension_gate_refuses_bitsandbytes_off_cuda() -> None:
+def test_b1_pilot_extension_gate_refuses_bitsandbytes_off_cuda() -> None:
     from tunepilot.model.base_dtype import exercise_bitsandbytes
 
     ran, sentence = exercise_bitsandbytes("nf4", torch.device("cpu"))
@@ -290,11 +292,11 @@ def test_item1_pilot_extension_gate_refuses_bitsandbytes_off_cuda() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# item 6: the prediction against the same step executed on real tensors
+# the prediction against the same step executed on real tensors (S1)
 # --------------------------------------------------------------------------------------------
 
 
-def test_item6_tiny_llama_prediction_within_5pct_of_measured_tensor_bytes(llama_campaign) -> None:
+def test_s1_tiny_llama_prediction_within_5pct_of_measured_tensor_bytes(llama_campaign) -> None:
     from tunepilot.sizing.dry_run.check import check_steps
 
     checks = check_steps(_ws(llama_campaign), microbatch=4, max_length=128,
@@ -306,7 +308,7 @@ def test_item6_tiny_llama_prediction_within_5pct_of_measured_tensor_bytes(llama_
         assert c.verdict == "PASS"
 
 
-def test_item6_step_too_small_to_see_activations_cannot_validate_never_pass(llama_campaign):
+def test_s1_step_too_small_to_see_activations_cannot_validate_never_pass(llama_campaign):
     from tunepilot.sizing.dry_run.check import CANNOT_VALIDATE, check_steps
 
     checks = check_steps(_ws(llama_campaign), microbatch=1, max_length=8, device="cpu")

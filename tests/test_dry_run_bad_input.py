@@ -1,4 +1,4 @@
-"""Issue 10's bad input (done-when): a config.json that is not one, an architecture or a shape
+"""Bad input to the dry run (S1, L1): a config.json that is not one, an architecture or a shape
 transformers refuses, a sequence longer than the model, a catalog that is not one; each is an
 InputError naming the file (exit 2 with one JSON document under --json), never a traceback."""
 
@@ -61,14 +61,14 @@ def _refusal(tmp_path: Path, text: str | bytes) -> InputError:
         "layers-as-text",
     ],  # fmt: skip
 )
-def test_issue10_done_when_a_config_json_that_is_not_one_names_the_file_and_the_fix(
+def test_s1_a_config_json_that_is_not_one_names_the_file_and_the_fix(
     tmp_path: Path, text: str | bytes, said: str
 ) -> None:
     err = _refusal(tmp_path, text)
     assert said in " ".join(p.found for p in err.problems)
 
 
-def test_issue10_done_when_a_folder_without_config_json_says_what_to_put_there(
+def test_s1_a_folder_without_config_json_says_what_to_put_there(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "tok").mkdir()
@@ -77,7 +77,7 @@ def test_issue10_done_when_a_folder_without_config_json_says_what_to_put_there(
         architecture_config(ModelSettings(name_or_path=str(tmp_path / "tok")), tmp_path)
 
 
-def test_issue10_done_when_max_length_beyond_the_models_positions_is_refused(
+def test_s1_max_length_beyond_the_models_positions_is_refused(
     tmp_path: Path,
 ) -> None:
     from tunepilot.data.workspace import Workspace
@@ -100,7 +100,7 @@ def test_issue10_done_when_max_length_beyond_the_models_positions_is_refused(
      (b"\x89PNG\x00\xff", "not a text file")],
     ids=["list", "broken-yaml", "binary"],
 )  # fmt: skip
-def test_issue10_done_when_a_catalog_that_is_not_one_names_the_file(
+def test_l1_a_catalog_that_is_not_one_names_the_file(
     tmp_path: Path, text: str | bytes, said: str
 ) -> None:
     from tunepilot.sizing.catalog import load_catalog
@@ -112,7 +112,7 @@ def test_issue10_done_when_a_catalog_that_is_not_one_names_the_file(
     assert str(path) in caught.value.title and said in caught.value.problems[0].found
 
 
-def test_issue10_done_when_cli_exits_2_with_one_json_document_for_a_bad_config(
+def test_s1_size_exits_2_with_one_json_document_for_a_bad_config(
     tmp_path: Path,
 ) -> None:
     from tunepilot.demo.campaign import write_demo_campaign
@@ -138,7 +138,7 @@ def test_issue10_done_when_cli_exits_2_with_one_json_document_for_a_bad_config(
     [pytest.param(n, marks=() if n.startswith("gemma") else pytest.mark.slow)
      for n in sorted(shipped_configs())],
 )  # fmt: skip
-def test_issue10_7_every_shipped_config_dry_runs_with_its_real_attention(
+def test_s1_every_shipped_config_dry_runs_with_its_real_attention(
     tmp_path: Path, name: str
 ) -> None:
     """Each shipped config sizes end to end. Gemma 2 has no SDPA attention (its soft-cap): a run

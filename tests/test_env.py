@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tunepilot.measure.env import fingerprint, fingerprint_diff, git_commit, git_state
 
 
@@ -76,3 +78,85 @@ def test_b2_git_commit_of_a_repository(tmp_path: Path) -> None:
     sub.mkdir(parents=True)
     assert git_commit(sub) == head.stdout.strip()
     assert git_commit(sub, require_root=True) is None  # not credited with the project's commit
+
+
+AMD_SMI_LINE = ("AMDSMI Tool: 26.1.0+cd50d9e0 | AMDSMI Library version: 26.1.0 | ROCm version: "
+                "7.10.0 | amdgpu version: 6.16.6 | amd_hsmp version: N/A")  # fmt: skip
+ROCM_SMI_OUTPUT = """
+============================ ROCm System Management Interface ============================
+=============================== Version of System Component ===============================
+Driver version: 6.7.0
+===========================================================================================
+=================================== End of ROCm SMI Log ===================================
+"""
+
+
+def _tool(folder: Path, name: str, output: str) -> None:
+    script = folder / name
+    quoted = output.strip().replace("'", "'\\''")
+    script.write_text(f"#!/bin/sh\nprintf '%s\\n' '{quoted}'\n")  # a shell builtin: PATH is bare
+    script.chmod(0o755)
+
+
+def test_b2_rocm_driver_and_release_read_from_a_stand_in_amd_smi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No AMD GPU here: a stand-in `amd-smi` prints the line the real tool prints (its docs)."""
+    from tunepilot.measure.env import driver_version
+
+    _tool(tmp_path, "amd-smi", AMD_SMI_LINE)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    driver = driver_version()
+    assert (driver["vendor"], driver["version"], driver["rocm"]) == ("amd", "6.16.6", "7.10.0")
+    assert driver["tool"] == "amd-smi 26.1.0+cd50d9e0" and driver["error"] is None
+
+
+def test_b2_rocm_driver_read_from_a_stand_in_rocm_smi_when_amd_smi_is_absent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunepilot.measure.env import driver_version
+
+    _tool(tmp_path, "rocm-smi", ROCM_SMI_OUTPUT)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    driver = driver_version()
+    assert (driver["vendor"], driver["version"], driver["tool"]) == ("amd", "6.7.0", "rocm-smi")
+
+
+def test_b2_nccl_or_rccl_version_from_a_stand_in_torch_build_and_none_on_this_cpu_build() -> None:
+    """The CPU wheel here links no collective library (gloo only): nothing is claimed. A CUDA
+    or ROCm build answers `torch.cuda.nccl.version()`, stood in for by a namespace."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from tunepilot.measure.env import collective_library, fingerprint
+
+    assert collective_library(torch) == {} and "nccl" not in (fingerprint()["torch"] or {})
+
+    def build(cuda: str | None, hip: str | None) -> SimpleNamespace:
+        nccl = SimpleNamespace(version=lambda: (2, 21, 5))
+        return SimpleNamespace(version=SimpleNamespace(cuda=cuda, hip=hip),
+                               cuda=SimpleNamespace(nccl=nccl))  # fmt: skip
+
+    assert collective_library(build("12.4", None)) == {"nccl": "2.21.5"}
+    assert collective_library(build(None, "6.2.41133")) == {"rccl": "2.21.5"}
+
+
+def test_b2_kernel_packages_are_recorded_when_installed_and_left_out_when_absent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real distribution's metadata (a dist-info folder on sys.path) is what is read."""
+    import sys
+
+    from tunepilot.measure.env import OPTIONAL_PACKAGES, fingerprint
+
+    info = tmp_path / "liger_kernel-0.5.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: liger-kernel\nVersion: 0.5.2\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    packages = fingerprint()["packages"]
+    assert packages["liger-kernel"] == "0.5.2"
+    assert set(OPTIONAL_PACKAGES) == {"flash-attn", "bitsandbytes", "triton", "liger-kernel",
+                                      "deepspeed"}  # fmt: skip
+    for name in set(OPTIONAL_PACKAGES) - {"liger-kernel"}:
+        assert name not in packages  # not installed here: not claimed as None either

@@ -210,14 +210,14 @@ def test_r3_readme_has_the_plain_load_snippet_and_the_labels(classification_expo
     _, _, bundle = classification_export
     readme = (bundle / "README.md").read_text()
     assert "AutoModelForSequenceClassification.from_pretrained(" in readme
-    assert f"bundle = {str(bundle)!r}  # this folder, or its Hub repo id once pushed" in readme
+    assert f"bundle = {bundle.name!r}  # this folder, or its Hub repo id once pushed" in readme
     assert "PeftModel.from_pretrained(base, bundle)" in readme
     assert "0: billing, 1: returns, 2: shipping" in readme
     assert "tunepilot verify" in readme
     assert "import tunepilot" not in readme
 
 
-def test_issue12_4_readme_is_a_hub_model_card_huggingface_hub_parses_offline(
+def test_r3_readme_is_a_hub_model_card_huggingface_hub_parses_offline(
     classification_export,
 ) -> None:
     """The metadata block goes through huggingface_hub's own parser (ModelCard.load builds a
@@ -284,3 +284,20 @@ def test_r2_controls_are_chosen_deterministically_across_labels() -> None:
     first = choose_controls(examples)
     assert [e.id for e in first] == [e.id for e in choose_controls(list(reversed(examples)))]
     assert len(first) == 8 and sum(e.label == "b" for e in first) == 4
+
+
+def test_s4_s5_a_run_records_its_memory_in_every_phase_with_the_pilots_probe(
+    classification_export,
+) -> None:
+    """runs/<id>/memory/rank-0.jsonl: loading, the first update (optimizer state), a steady
+    update, the first evaluation and checkpoint, each through the one memory probe."""
+    from tunepilot.measure.phase_log import read_phase_rows
+
+    ws, run_id, _ = classification_export
+    rows = read_phase_rows(ws.runs_dir / run_id)
+    assert sorted(r["phase"] for r in rows) == sorted(
+        ["load", "first update", "steady update", "evaluation", "checkpoint"])
+    first = next(r for r in rows if r["phase"] == "first update")
+    assert (first["rank"], first["world_size"], first["update"]) == (0, 1, 1)
+    assert all(r["completed"] and r["counters"] == ["rss"] for r in rows)
+    assert all(r["readings"][0]["peak_bytes"] >= r["readings"][0]["baseline_bytes"] for r in rows)

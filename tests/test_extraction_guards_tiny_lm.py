@@ -1,5 +1,5 @@
 """Extraction guards (H2) on SNIPS-style data with a tiny causal LM: invalid JSON outputs and
-missing required fields are counted correctly (issue 5 acceptance).
+missing required fields are counted correctly.
 
 Every count is checked twice: by hand (each output below is labelled in a comment) and by an
 independent recount from the raw `output` strings with `json.loads`, never by re-reading the

@@ -1,4 +1,4 @@
-"""`tunepilot init DIR --from-axolotl FILE` (issue item 6): the keys an Axolotl LoRA config
+"""`tunepilot init DIR --from-axolotl FILE` (P1, P2): the keys an Axolotl LoRA config
 shares with the campaign are carried over with a comment naming their source, the others are
 listed on stderr (exit 0), and an unreadable file is exit 2."""
 
@@ -97,7 +97,7 @@ def init(directory: Path, source: Path) -> subprocess.CompletedProcess:
          str(source)], capture_output=True, text=True, check=False)  # fmt: skip
 
 
-def test_6_axolotl_lora_config_converts_its_keys_and_lists_the_rest(tmp_path: Path) -> None:
+def test_p1_axolotl_lora_config_converts_its_keys_and_lists_the_rest(tmp_path: Path) -> None:
     source = tmp_path / "lora-1b.yml"
     source.write_text(AXOLOTL_LORA, encoding="utf-8")
     done = init(tmp_path / "support", source)
@@ -138,7 +138,7 @@ def test_6_axolotl_lora_config_converts_its_keys_and_lists_the_rest(tmp_path: Pa
     assert "# Not carried over from the Axolotl config:" in text
 
 
-def test_6_unreadable_axolotl_file_is_exit_2_naming_it(tmp_path: Path) -> None:
+def test_h1_unreadable_axolotl_file_is_exit_2_naming_it(tmp_path: Path) -> None:
     missing = init(tmp_path / "a", tmp_path / "absent.yml")
     assert missing.returncode == 2 and "absent.yml" in missing.stderr
     broken = tmp_path / "broken.yml"
@@ -152,7 +152,7 @@ def test_6_unreadable_axolotl_file_is_exit_2_naming_it(tmp_path: Path) -> None:
     assert done.returncode == 2 and "used inside itself" in done.stderr, done.stderr
 
 
-def test_6_qlora_becomes_lora_on_a_4_bit_base_and_max_steps_wins_over_epochs() -> None:
+def test_p1_qlora_becomes_lora_on_a_4_bit_base_and_max_steps_wins_over_epochs() -> None:
     from tunepilot.campaign import validate_mapping
     from tunepilot.campaign.axolotl import convert
 
@@ -217,7 +217,7 @@ rl: dpo
 """
 
 
-def test_issue12_6_qlora_on_every_linear_layer_keeps_its_targets_and_names_what_it_lacks():
+def test_p2_qlora_on_every_linear_layer_keeps_its_targets_and_names_what_it_lacks():
     import yaml
 
     from tunepilot.campaign import validate_mapping
@@ -234,7 +234,7 @@ def test_issue12_6_qlora_on_every_linear_layer_keeps_its_targets_and_names_what_
     assert "datasets[0].type: `alpaca`" in listed
 
 
-def test_issue12_6_full_fine_tune_on_a_sliced_hub_chat_dataset_lists_every_difference(
+def test_p1_full_fine_tune_on_a_sliced_hub_chat_dataset_lists_every_difference(
     tmp_path: Path,
 ):
     source = tmp_path / "fft-8b.yaml"

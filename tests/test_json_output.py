@@ -106,7 +106,7 @@ def test_json_every_command_prints_exactly_one_json_document(tmp_path: Path, tin
         (["no-such-command"], "command line"),
     ],
 )
-def test_issue11_15_a_usage_error_under_json_is_one_json_document_exit_2(tmp_path, args, where):
+def test_json_a_usage_error_under_json_is_one_json_document_exit_2(tmp_path, args, where):
     """The command line's own refusals (an option out of range, an unknown option or command)
     come before any command runs; under --json they still answer in JSON, not on stderr only."""
     args = [str(tmp_path / a) if a.endswith(".yaml") else a for a in args]

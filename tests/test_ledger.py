@@ -32,13 +32,13 @@ def _run(ledger: Ledger, variant: str = "lr1e-4", seed: int = 0, **kw) -> str:
 def test_ledger_file_is_wal_sqlite_in_the_campaign_folder_with_schema_version(tmp_path: Path):
     with Ledger.open(tmp_path) as led:
         assert led.path == tmp_path / DB_NAME
-        assert led.schema_version() == 2
+        assert led.schema_version() == 3
     con = sqlite3.connect(tmp_path / DB_NAME)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert con.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 2
+    assert con.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 3
     con.close()
     with Ledger.open(tmp_path / DB_NAME) as again:  # reopening migrates nothing twice
-        assert again.schema_version() == 2
+        assert again.schema_version() == 3
 
 
 def test_ledger_refuses_a_newer_schema_and_a_file_that_is_not_a_ledger(tmp_path: Path):

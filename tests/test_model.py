@@ -140,7 +140,7 @@ def test_p1_target_pattern_matching_nothing_fails_listing_linear_names(tiny_bert
     assert "q_proj" in finding.sentence and "query" in finding.sentence
 
 
-def test_issue11_13_an_empty_lora_target_list_is_refused_not_a_peft_traceback(
+def test_p1_an_empty_lora_target_list_is_refused_not_a_peft_traceback(
     tiny_bert_dir: Path,
 ) -> None:
     """`target_modules: []` reached peft, whose NoMatchingPeftModuleError was exit 3: the

@@ -1,5 +1,5 @@
 """Output people expect: help examples one a line, whole columns in logs and pipes, progress
-with rate and ETA on stderr only, a start line per pilot gate (issue 12, item 5)."""
+with rate and ETA on stderr only, a start line per pilot gate."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tunepilot.data.workspace import Workspace
 ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "CI")}
 
 
-def test_issue12_5_top_level_help_keeps_one_example_per_line():
+def test_output_top_level_help_keeps_one_example_per_line():
     out = subprocess.run([sys.executable, "-m", "tunepilot.cli", "--help"], capture_output=True,
                          text=True, env=ENV, timeout=120).stdout  # fmt: skip
     lines = [line.strip() for line in out.splitlines()]
@@ -28,7 +28,7 @@ def test_issue12_5_top_level_help_keeps_one_example_per_line():
     assert any(line.startswith("tunepilot demo ") and "generated tickets" in line for line in lines)
 
 
-def test_issue12_5_a_table_sent_to_a_pipe_keeps_its_text_column_and_whole_ids():
+def test_output_a_table_sent_to_a_pipe_keeps_its_text_column_and_whole_ids():
     """A pipe has no width; the findings table must not squeeze the sentence or cut an id."""
     code = textwrap.dedent("""
         from tunepilot.console import print_findings
@@ -43,7 +43,7 @@ def test_issue12_5_a_table_sent_to_a_pipe_keeps_its_text_column_and_whole_ids():
     assert "312 validation examples share conversation_id with training; split by it" in out
 
 
-def test_issue12_5_an_input_error_is_never_cut_into_lines_at_a_narrow_width(tmp_path):
+def test_output_an_input_error_is_never_cut_into_lines_at_a_narrow_width(tmp_path):
     """A path or fix copied from an error (or grepped from a log) stays whole at any width."""
     deep = tmp_path / ("folder-with-a-long-name-" * 3) / "broken.yml"
     deep.parent.mkdir(parents=True)
@@ -56,7 +56,7 @@ def test_issue12_5_an_input_error_is_never_cut_into_lines_at_a_narrow_width(tmp_
     assert f"{deep}:3: not valid YAML" in where, done.stderr
 
 
-def test_issue12_5_progress_in_a_log_is_one_line_per_interval_with_rate_and_eta(capsys):
+def test_output_progress_in_a_log_is_one_line_per_interval_with_rate_and_eta(capsys):
     from tunepilot.progress import Progress
 
     with Progress("training control-s0-1", 200, "updates", every_s=0.05) as bar:
@@ -74,7 +74,7 @@ def test_issue12_5_progress_in_a_log_is_one_line_per_interval_with_rate_and_eta(
     assert "done, 100/200 updates" in lines[-1] and "elapsed 0:0" in lines[-1]
 
 
-def test_issue12_5_pilot_json_prints_a_start_line_per_gate_on_stderr_only(
+def test_output_pilot_json_prints_a_start_line_per_gate_on_stderr_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
     from tunepilot.pilot.flow import run_pilot
@@ -88,7 +88,7 @@ def test_issue12_5_pilot_json_prints_a_start_line_per_gate_on_stderr_only(
     assert "pilot gate 4 load: FAIL in " in err
 
 
-def test_issue12_5_an_inner_progress_in_a_log_speaks_only_when_it_lasts(capsys):
+def test_output_an_inner_progress_in_a_log_speaks_only_when_it_lasts(capsys):
     """An evaluation inside training: a quick one adds no line, a long one prints its own
     per-interval lines (rate, ETA) and its end, so a log is never silent for minutes."""
     from tunepilot.progress import Progress
@@ -112,7 +112,7 @@ def test_issue12_5_an_inner_progress_in_a_log_speaks_only_when_it_lasts(capsys):
     assert "started" not in "".join(inner)
 
 
-def test_issue12_5_a_stepless_phase_in_a_log_says_it_is_still_running(capsys):
+def test_output_a_stepless_phase_in_a_log_says_it_is_still_running(capsys):
     """A pilot gate or the audit's checks count nothing for minutes: a heartbeat line per
     interval names it with its elapsed time; an inner progress that speaks silences it."""
     from tunepilot.progress import Progress
@@ -130,7 +130,7 @@ def test_issue12_5_a_stepless_phase_in_a_log_says_it_is_still_running(capsys):
     assert audit and "elapsed 0:00" in audit[0] and "checks" not in audit[0]
 
 
-def test_issue12_5_an_inner_progress_on_a_terminal_is_a_second_row_of_the_same_bar():
+def test_output_an_inner_progress_on_a_terminal_is_a_second_row_of_the_same_bar():
     """Rich allows one live display: the inner progress adds a row to the outer bar and
     removes it when done, instead of failing with a LiveError."""
     from tunepilot.progress import Progress

@@ -154,7 +154,7 @@ def test_l1_l3_pilot_writes_sizing_and_plan_with_the_holdout_error(pilot) -> Non
     assert "NOT scaled" not in plan and "scaled x" not in plan
 
 
-def test_item3_steady_step_records_cpu_time_and_load_next_to_wall_time(pilot) -> None:
+def test_s5_steady_step_records_cpu_time_and_load_next_to_wall_time(pilot) -> None:
     _, result = pilot
     m = result.payload["measurements"]
     assert m["step_seconds"] > 0 and m["step_cpu_seconds"] > 0
@@ -162,7 +162,7 @@ def test_item3_steady_step_records_cpu_time_and_load_next_to_wall_time(pilot) ->
     assert isinstance(m["load_average"], float)
 
 
-def test_item3_plan_hours_for_a_card_never_come_from_the_cpu_pilot(pilot) -> None:
+def test_b1_l3_plan_hours_for_a_card_never_come_from_the_cpu_pilot(pilot) -> None:
     """The real plan flow on the real pilot's record, with hand-made dry runs (fast)."""
     from sizing_support import fake_dry_run
     from tunepilot.pilot.plan import build_plan
@@ -180,12 +180,12 @@ def test_item3_plan_hours_for_a_card_never_come_from_the_cpu_pilot(pilot) -> Non
     text = "\n".join(lines)
     assert text.startswith("## Per-card sheet") and "## Rental plan on the A100 40GB" in text
     assert text.count("Basis:") == 1
-    # issue 10 item 3: the plan itself says the CPU pilot's times are not used for any card
+    # B1: the plan itself says the CPU pilot's times are not used for any card
     assert f"pilot {result.pilot_id} timed its step on cpu" in text
     assert "never used as a GPU's" in text
 
 
-def test_item3_plan_needs_no_pilot_and_a_card_missing_from_the_catalog_exits_2(
+def test_l3_plan_needs_no_pilot_and_a_card_missing_from_the_catalog_exits_2(
     tmp_path: Path,
 ) -> None:
     import subprocess
@@ -358,7 +358,7 @@ def test_s5_cuda_rows_keep_allocated_and_reserved_apart_with_a_fake_cuda_device(
     assert "150.00 MiB" in text and "192.00 MiB" in text and "342.00 MiB" not in text
 
 
-def test_item5_pilot_keeps_one_grad_scaler_across_updates_exactly_as_training(
+def test_s3_pilot_keeps_one_grad_scaler_across_updates_exactly_as_training(
     tmp_path: Path,
 ) -> None:
     """fp16 needs CUDA; the scaler's bookkeeping is the same on CPU (torch.amp.GradScaler("cpu")),

@@ -72,7 +72,7 @@ def paused_run(ws: Workspace, stop_after: int, *overrides: str) -> str:
     return row.id
 
 
-def test_1_a_copied_campaign_folder_resumes_and_exports_its_own_weights(
+def test_r1_l4_a_copied_campaign_folder_resumes_and_exports_its_own_weights(
     campaign: Path, reference: list[float], tmp_path: Path
 ) -> None:
     from tunepilot.deliver.export import export_run
@@ -96,7 +96,7 @@ def test_1_a_copied_campaign_folder_resumes_and_exports_its_own_weights(
         assert ledger.get_run(run_id).run_dir == f"runs/{run_id}"
 
 
-def test_1_an_old_ledger_with_absolute_paths_reads_runs_under_the_current_folder(
+def test_l4_an_old_ledger_with_absolute_paths_reads_runs_under_the_current_folder(
     tmp_path: Path,
 ) -> None:
     """Rows written with absolute paths are never rewritten: read inside the folder, mapped
@@ -126,7 +126,7 @@ def test_1_an_old_ledger_with_absolute_paths_reads_runs_under_the_current_folder
     assert note is not None and "/elsewhere/X/runs/a-s0-1" in note and "moved or copied" in note
 
 
-def test_issue11_12_an_empty_or_missing_ledger_beside_recorded_runs_is_refused(
+def test_v3_l4_an_empty_or_missing_ledger_beside_recorded_runs_is_refused(
     tmp_path: Path,
 ) -> None:
     """A truncated tunepilot.db (or a copy that left it out) opened as a fresh ledger forgot
@@ -146,7 +146,7 @@ def test_issue11_12_an_empty_or_missing_ledger_beside_recorded_runs_is_refused(
     assert (tmp_path / "tunepilot.db").stat().st_size == 0  # nothing written into it
 
 
-def test_10_a_refused_resume_leaves_the_run_resumable_once_the_cause_is_removed(
+def test_r1_r4_a_refused_resume_leaves_the_run_resumable_once_the_cause_is_removed(
     campaign: Path, reference: list[float]
 ) -> None:
     ws = Workspace.open(campaign)
@@ -169,7 +169,7 @@ def test_10_a_refused_resume_leaves_the_run_resumable_once_the_cause_is_removed(
         assert losses(ledger, run_id) == reference
 
 
-def test_10_a_corrupt_latest_checkpoint_falls_back_loudly_to_the_newest_that_verifies(
+def test_r1_a_corrupt_latest_checkpoint_falls_back_loudly_to_the_newest_that_verifies(
     campaign: Path, reference: list[float], capsys: pytest.CaptureFixture[str]
 ) -> None:
     ws = Workspace.open(campaign)
@@ -187,7 +187,7 @@ def test_10_a_corrupt_latest_checkpoint_falls_back_loudly_to_the_newest_that_ver
     assert notes and "step-000004 refused" in notes[0]
 
 
-def test_issue11_10_a_refused_newer_checkpoint_is_set_aside_and_never_costs_the_good_one(
+def test_r1_a_refused_newer_checkpoint_is_set_aside_and_never_costs_the_good_one(
     campaign: Path, reference: list[float]
 ) -> None:
     """After falling back past a corrupt checkpoint, keep-last rotation must not count it: it
@@ -211,7 +211,7 @@ def test_issue11_10_a_refused_newer_checkpoint_is_set_aside_and_never_costs_the_
         assert losses(ledger, run_id) == reference
 
 
-def test_10_resume_from_an_explicit_step_continues_the_identical_curve(
+def test_r1_resume_from_an_explicit_step_continues_the_identical_curve(
     campaign: Path, reference: list[float]
 ) -> None:
     ws = Workspace.open(campaign)
@@ -225,7 +225,7 @@ def test_10_resume_from_an_explicit_step_continues_the_identical_curve(
         assert losses(ledger, run_id) == reference
 
 
-def test_12b_a_run_without_checkpoint_every_checkpoints_early_and_at_the_end(
+def test_r1_a_run_without_checkpoint_every_checkpoints_early_and_at_the_end(
     campaign: Path, reference: list[float]
 ) -> None:
     ws = Workspace.open(campaign)
@@ -235,7 +235,7 @@ def test_12b_a_run_without_checkpoint_every_checkpoints_early_and_at_the_end(
     assert names[0] == "step-000006" and names[-1] == "step-000001"
 
 
-def test_12b_nothing_to_resume_names_a_command_that_works(campaign: Path) -> None:
+def test_r1_nothing_to_resume_names_a_command_that_works(campaign: Path) -> None:
     ws = Workspace.open(campaign)
     with Ledger.open(ws.ledger_path) as ledger:
         run_id = ledger.register_run(campaign="c", variant="control", seed=0, config_hash="x",
@@ -246,7 +246,7 @@ def test_12b_nothing_to_resume_names_a_command_that_works(campaign: Path) -> Non
     assert "step-NNNNNN" not in str(caught.value)
 
 
-def test_12b_the_checkpoint_schedule_keeps_saving_under_two_percent_of_the_time() -> None:
+def test_r1_the_checkpoint_schedule_keeps_saving_under_two_percent_of_the_time() -> None:
     from tunepilot.train.stopping import CheckpointSchedule
 
     auto = CheckpointSchedule(None)
@@ -258,7 +258,7 @@ def test_12b_the_checkpoint_schedule_keeps_saving_under_two_percent_of_the_time(
     assert [n for n in range(1, 13) if every.due(n, 0.1)] == [4, 8, 12]
 
 
-def test_11_a_file_size_limit_at_export_and_at_a_ledger_write_is_a_sentence_not_a_traceback(
+def test_r3_a_file_size_limit_at_export_and_at_a_ledger_write_is_a_sentence_not_a_traceback(
     campaign: Path, reference: list[float]
 ) -> None:
     from tunepilot.deliver.export import export_run
@@ -276,7 +276,7 @@ def test_11_a_file_size_limit_at_export_and_at_a_ledger_write_is_a_sentence_not_
     assert "out of space" in caught.value.title
 
 
-def test_17_every_run_records_its_trainable_parameters_in_its_folder_ledger_and_bundle(
+def test_p2_every_run_records_its_trainable_parameters_in_its_folder_ledger_and_bundle(
     campaign: Path, reference: list[float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import json
@@ -294,7 +294,7 @@ def test_17_every_run_records_its_trainable_parameters_in_its_folder_ledger_and_
             "extra_saved")} == {k: on_disk[k] for k in ("trainable_params", "frozen_params",
             "target_modules", "extra_saved")}  # fmt: skip
 
-    # 18: the export prints the bundle's pin and the ledger keeps it.
+    # R4: the export prints the bundle's pin and the ledger keeps it.
     capsys.readouterr()
     assert export_command(ws, "control-s0-1", tmp_path / "bundle", as_json=True) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -307,7 +307,7 @@ def test_17_every_run_records_its_trainable_parameters_in_its_folder_ledger_and_
     assert export["bundle"] == str(bundle)  # outside the campaign folder: kept as given
 
 
-def test_18_a_rewritten_manifest_with_an_edited_weight_passes_the_manifest_but_fails_the_pin(
+def test_r4_a_rewritten_manifest_with_an_edited_weight_passes_the_manifest_but_fails_the_pin(
     campaign: Path, reference: list[float], tmp_path: Path
 ) -> None:
     """What `verify` proves without a pin, and what `--expect` adds (README: guarantees)."""
@@ -338,7 +338,7 @@ def test_18_a_rewritten_manifest_with_an_edited_weight_passes_the_manifest_but_f
     assert finding.verdict is Verdict.FAIL and pin in finding.sentence
 
 
-def test_issue11_18_a_pin_that_is_not_a_sha256_is_bad_input_before_any_check(
+def test_r4_a_pin_that_is_not_a_sha256_is_bad_input_before_any_check(
     tmp_path: Path,
 ) -> None:
     """A cut-off or mistyped pin is exit 2 naming --expect, not a FAIL blaming the bundle."""
@@ -349,7 +349,7 @@ def test_issue11_18_a_pin_that_is_not_a_sha256_is_bad_input_before_any_check(
     assert caught.value.problems[0].where == "--expect"
 
 
-def test_issue11_12_a_bundle_that_cannot_take_its_verification_record_is_still_verified(
+def test_r2_a_bundle_that_cannot_take_its_verification_record_is_still_verified(
     campaign: Path, reference: list[float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """verify writes its result beside the bundle for the dossier; a bundle on a read-only
@@ -369,7 +369,7 @@ def test_issue11_12_a_bundle_that_cannot_take_its_verification_record_is_still_v
     assert not verification_path(bundle).exists()
 
 
-def test_17_a_ledger_written_at_schema_1_opens_at_schema_2_with_its_rows(tmp_path: Path) -> None:
+def test_l4_a_ledger_written_at_schema_1_opens_at_schema_2_with_its_rows(tmp_path: Path) -> None:
     from tunepilot.ledger.schema import MIGRATIONS, SCHEMA_VERSION_DDL
 
     con = sqlite3.connect(tmp_path / "tunepilot.db")
@@ -382,7 +382,7 @@ def test_17_a_ledger_written_at_schema_1_opens_at_schema_2_with_its_rows(tmp_pat
     con.commit()
     con.close()
     with Ledger.open(tmp_path) as ledger:
-        assert ledger.schema_version() == 2
+        assert ledger.schema_version() == len(MIGRATIONS)  # every migration since applied
         assert [n.text for n in ledger.notes()] == ["kept"]
         rid = ledger.register_run(campaign="c", variant="v", seed=0, config_hash="h",
                                   data_version="d")  # fmt: skip
@@ -394,7 +394,7 @@ def test_17_a_ledger_written_at_schema_1_opens_at_schema_2_with_its_rows(tmp_pat
     con.close()
 
 
-def test_1_no_run_file_holds_a_path_into_the_campaign_folder(
+def test_l4_no_run_file_holds_a_path_into_the_campaign_folder(
     campaign: Path, reference: list[float]
 ) -> None:
     run = campaign.parent / "runs" / "control-s0-1"

@@ -53,7 +53,7 @@ def curve(campaign: Path, run_id: str) -> list[float]:
 
 
 @pytest.mark.slow
-def test_12b_sigterm_saves_a_checkpoint_records_the_signal_and_resumes_bit_identically(
+def test_r1_v3_sigterm_saves_a_checkpoint_records_the_signal_and_resumes_bit_identically(
     tmp_path: Path,
 ) -> None:
     campaign = campaign_at(tmp_path / "c", **{"training.budget.updates": 40})
@@ -83,7 +83,7 @@ def test_12b_sigterm_saves_a_checkpoint_records_the_signal_and_resumes_bit_ident
 
 
 @pytest.mark.slow
-def test_11_a_file_size_limit_during_a_checkpoint_exits_2_naming_the_path_and_the_size(
+def test_r1_v3_a_file_size_limit_during_a_checkpoint_exits_2_naming_the_path_and_the_size(
     tmp_path: Path,
 ) -> None:
     campaign = campaign_at(tmp_path / "c", **{"model.method": "full"})
@@ -105,7 +105,7 @@ def test_11_a_file_size_limit_during_a_checkpoint_exits_2_naming_the_path_and_th
     assert row.status == "interrupted" and "--retry control-s0-1" in row.reason
 
 
-def test_issue11_11_a_file_size_limit_at_any_write_is_a_sentence_naming_the_file_exit_2(
+def test_storage_a_file_size_limit_at_any_write_is_a_sentence_naming_the_file_exit_2(
     tmp_path: Path,
 ) -> None:
     """Not only checkpoints, exports and the ledger: the split files an audit writes and the
@@ -129,7 +129,7 @@ def test_issue11_11_a_file_size_limit_at_any_write_is_a_sentence_naming_the_file
     assert not [n for n in written if n.endswith(".tmp") or n == "splits.json"], written
 
 
-def test_12_a_read_only_campaign_folder_says_so_and_never_advises_moving_the_ledger(
+def test_l4_a_read_only_campaign_folder_says_so_and_never_advises_moving_the_ledger(
     tmp_path: Path,
 ) -> None:
     campaign = campaign_at(tmp_path / "c")

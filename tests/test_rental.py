@@ -36,6 +36,7 @@ def test_l3_small_campaign_fits_the_3_day_package() -> None:
     assert plan.workload.experiment_runs == 8
     hours = {p.name: p.hours for p in plan.phases}
     assert list(hours) == [
+        "re-pilot on this card",
         "initial control",
         "experiment",
         "evaluation",
@@ -44,12 +45,46 @@ def test_l3_small_campaign_fits_the_3_day_package() -> None:
     ]
     assert hours["initial control"] == pytest.approx((120 + 2000 * 2 + 30) / 3600)
     assert hours["experiment"] == pytest.approx(8 * 4030 / 3600)
-    assert hours["evaluation"] == pytest.approx((9 * 4 * 120 + 2 * 120) / 3600)
+    assert hours["evaluation"] == pytest.approx((9 * 4 * 120 + 1 * 120) / 3600)  # test once
     assert hours["resume rehearsal"] == pytest.approx(0.25)
     assert plan.total_hours == pytest.approx(sum(hours.values()))
     assert plan.chosen is not None and plan.chosen.days == 3
     assert plan.chosen.price == 450.0 and "450.00 for 3 days" in plan.sentence
     assert plan.measured and "(measured)" in plan.sentence
+
+
+def test_b1_h4_every_package_starts_with_the_re_pilot_and_looks_at_the_sealed_test_once():
+    from tunepilot.sizing.rental import PILOT_LOADS, repilot_seconds
+
+    seconds = _seconds()
+    repilot = repilot_seconds(seconds, examples_per_update=16, eval_batches=10)
+    load = seconds.resume - seconds.update
+    # Three loads, 5 updates, 100 overfit updates of 8 examples (half an update of 16), one
+    # validation batch, a checkpoint, an export.
+    assert repilot == pytest.approx(PILOT_LOADS * load + 5 * 2.0 + 100 * 2.0 * 0.5 + 12.0 + 30.0
+                                    + 600.0)  # fmt: skip
+    commands = {"re-pilot on this card": ('tunepilot pilot c.yaml --gpu "A100 40GB"',)}
+    plan = _plan(repilot_seconds=repilot, commands=commands)
+    first = plan.phases[0]
+    assert first.name == "re-pilot on this card" and first.hours == pytest.approx(repilot / 3600)
+    assert first.commands == commands["re-pilot on this card"] and "(B1)" in first.sentence
+    assert "1 look at the sealed test split" in plan.phases[3].sentence
+    md = plan_markdown(plan)
+    assert '`tunepilot pilot c.yaml --gpu "A100 40GB"`' in md
+    # The pilot's own constants: the re-pilot is the pilot's gates, counted as they run.
+    from tunepilot.pilot import gates, overfit
+
+    assert gates.STEADY_STEPS == 3 and (overfit.OVERFIT_MAX_UPDATES,
+                                        overfit.OVERFIT_EXAMPLES) == (100, 8)  # fmt: skip
+
+
+def test_l3_computed_hours_carry_the_utilisations_range() -> None:
+    computed = _seconds(measured=False)
+    spread = PhaseSeconds(**{**computed.to_json(), "spread": (0.8, 1.25)})
+    plan = _plan(spread)
+    low, high = plan.hours_range
+    assert low < plan.total_hours < high and "h with the utilisation's range" in plan.sentence
+    assert _plan().hours_range[0] == pytest.approx(_plan().total_hours)  # measured: no spread
 
 
 def test_l3_bigger_campaign_needs_the_7_day_package() -> None:
@@ -114,7 +149,7 @@ def test_l3_several_gpus_run_variants_side_by_side_and_shorten_the_experiment() 
     assert "side by side" in next(p.sentence for p in four.phases if p.name == "experiment")
 
 
-def test_item5_a_plan_carries_one_basis_sentence_and_labels_computed_hours() -> None:
+def test_l3_a_plan_carries_one_basis_sentence_and_labels_computed_hours() -> None:
     computed = _plan(_seconds(measured=False))
     md = plan_markdown(computed)
     assert md.count("Basis:") == 1 and "computed, not measured" in md

@@ -356,7 +356,7 @@ def test_s5_cuda_gate_rows_keep_allocated_and_reserved_in_separate_columns_with_
 
 
 # --------------------------------------------------------------------------------------------
-# a report people read (issue 12, item 5c)
+# a report people read (H2, H3, V5, L4)
 # --------------------------------------------------------------------------------------------
 
 
@@ -364,7 +364,7 @@ def _section(html: str, sid: str) -> str:
     return html.split(f'<section id="{sid}">')[1].split("</section>")[0]
 
 
-def test_issue12_5c_every_cited_requirement_id_links_to_its_glossary_line(dossier) -> None:
+def test_l4_every_cited_requirement_id_links_to_its_glossary_line(dossier) -> None:
     from tunepilot.report.glossary import GLOSSARY
 
     _, html, _ = dossier
@@ -378,7 +378,7 @@ def test_issue12_5c_every_cited_requirement_id_links_to_its_glossary_line(dossie
     assert "<svg" not in glossary and 'href="#req-' not in re.sub(r"<svg.*?</svg>", "", glossary)
 
 
-def test_issue12_5c_the_loss_chart_draws_a_smoothed_line_over_the_raw_one(dossier) -> None:
+def test_v5_the_loss_chart_draws_a_smoothed_line_over_the_raw_one(dossier) -> None:
     from tunepilot.report.charts import smoothed
 
     _, html, data = dossier
@@ -393,7 +393,7 @@ def test_issue12_5c_the_loss_chart_draws_a_smoothed_line_over_the_raw_one(dossie
     assert ema[0] == (1, 4.0) and ema[1] == (2, None) and ema[2] == (3, pytest.approx(4 / 3))
 
 
-def test_issue12_5c_confusion_matrix_and_fixed_broken_examples_come_from_the_ledger(
+def test_h3_confusion_matrix_and_fixed_broken_examples_come_from_the_ledger(
     dossier,
 ) -> None:
     from tunepilot.ledger import BASELINE, Ledger
@@ -420,7 +420,7 @@ def test_issue12_5c_confusion_matrix_and_fixed_broken_examples_come_from_the_led
         assert f"<code>{r['id']}</code>" in section and r["text"]
 
 
-def test_issue12_5c_the_confusion_matrix_has_a_row_and_column_for_every_class(dossier) -> None:
+def test_h2_the_confusion_matrix_has_a_row_and_column_for_every_class(dossier) -> None:
     """A class with no validation example and no prediction is still a row (n=0) and a column,
     in the classes' id order: the matrix agrees with the per-class chart above it."""
     ws, html, data = dossier
@@ -431,7 +431,7 @@ def test_issue12_5c_the_confusion_matrix_has_a_row_and_column_for_every_class(do
     assert unseen and all(f"{c} <span class='muted'>(n=0)</span>" in html for c in unseen)
 
 
-def test_issue12_5c_a_class_without_validation_examples_shows_n0_not_a_zero_bar() -> None:
+def test_h2_a_class_without_validation_examples_shows_n0_not_a_zero_bar() -> None:
     from tunepilot.report.results import per_class
 
     d = {
@@ -445,7 +445,7 @@ def test_issue12_5c_a_class_without_validation_examples_shows_n0_not_a_zero_bar(
     assert "refunds: 0.500" in svg and "rare: 0.000" not in svg
 
 
-def test_issue12_5c_runs_with_different_configs_are_told_apart() -> None:
+def test_v1_runs_with_different_configs_are_told_apart() -> None:
     from tunepilot.report.sections import runs
 
     def run(run_id: str, variant: str, config: str, diff: dict) -> dict:
@@ -465,7 +465,7 @@ def test_issue12_5c_runs_with_different_configs_are_told_apart() -> None:
     assert "Different configurations under one name:</strong> control ran" in html
 
 
-def test_issue12_5c_markdown_goes_through_markdown_it_with_raw_html_escaped() -> None:
+def test_l4_markdown_goes_through_markdown_it_with_raw_html_escaped() -> None:
     from tunepilot.report.elements import markdown
 
     text = ("# Plan\n\n1. pilot\n2. sweep\n\n| card | days |\n|---|---|\n| <b>A100</b> | `3` |"

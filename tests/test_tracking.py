@@ -53,7 +53,7 @@ def _mlflow_run(store: Path, run_id: str):
     return client, run
 
 
-def test_issue12_3_both_trackers_receive_the_ledgers_curve_and_evaluations(tmp_path: Path):
+def test_v5_both_trackers_receive_the_ledgers_curve_and_evaluations(tmp_path: Path):
     ws = Workspace.open(_campaign(tmp_path, ["tensorboard", "mlflow"]))
     assert run_flow.run(ws, ["control"], "0", None, as_json=True) == 0
     with Ledger.open(ws.ledger_path) as ledger:
@@ -83,7 +83,7 @@ def test_issue12_3_both_trackers_receive_the_ledgers_curve_and_evaluations(tmp_p
     assert run.info.status == "FINISHED"
 
 
-def test_issue12_3_a_failing_tracker_warns_once_and_the_run_completes(
+def test_v5_a_failing_tracker_warns_once_and_the_run_completes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
     campaign = _campaign(tmp_path, ["tensorboard"])
@@ -98,7 +98,7 @@ def test_issue12_3_a_failing_tracker_warns_once_and_the_run_completes(
         assert row.status == "completed" and len(ledger.curve(row.id)) == 4
 
 
-def test_issue12_3_tracking_leaves_the_config_hash_unchanged(tmp_path: Path):
+def test_v2_tracking_leaves_the_config_hash_unchanged(tmp_path: Path):
     plain = Workspace.open(_campaign(tmp_path / "a", []))
     tracked = Workspace.open(_campaign(tmp_path / "b", ["mlflow"]))
     assert tracked.campaign.tracking == ["mlflow"]

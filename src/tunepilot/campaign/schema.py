@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from tunepilot.campaign.bounds import Name, Seed, Seeds, Strict
+from tunepilot.campaign.card_settings import CardSettings
 from tunepilot.campaign.chat import ChatSettings
 from tunepilot.campaign.hypothesis import (
     CLASSIFICATION_TASKS,
@@ -346,6 +347,11 @@ class Campaign(Strict):
         description="Trackers that also receive every run's curve and evaluations "
         "(under <campaign>/tracking/); the ledger stays the source of truth.",
     )
+    card: CardSettings = Field(
+        default_factory=CardSettings,
+        description="What the exported model card states that the runs cannot know "
+        "(license, language, the data's name and Hub ids).",
+    )
 
     @model_validator(mode="after")
     def _task_needs_its_fields(self) -> Campaign:
@@ -375,8 +381,9 @@ class Campaign(Strict):
 
     def config_hash(self) -> str:
         """A short, stable hash of the resolved campaign (recorded with every run)."""
-        # Trackers copy what a run records; they change nothing it computes.
-        return stable_hash(self.model_dump(mode="json", exclude={"tracking"}))
+        # Trackers copy what a run records and the card describes it; neither changes what
+        # a run computes.
+        return stable_hash(self.model_dump(mode="json", exclude={"tracking", "card"}))
 
 
 def stable_hash(obj: Any, length: int = 16) -> str:

@@ -127,3 +127,64 @@ def demo(
         return run_demo(directory, task, quick)
 
     run_body(body)
+
+
+# ---------------------------------------------------------------------------------------------
+# backups: archive, restore (L4)
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def archive(
+    campaign: Annotated[
+        Path, typer.Argument(help="The campaign file or its folder.")
+    ] = Path("campaign.yaml"),
+    dest: Annotated[
+        Path | None,
+        typer.Argument(help="The archive file (.tar, .tar.gz, .tgz) or a folder for it "
+                       "(default: beside the campaign folder, named after it and the time)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Write the whole campaign folder into one verified archive: the ledger (a consistent
+    snapshot, taken with SQLite's backup API while runs may write), data versions, runs and
+    checkpoints, pilots, exports, the dossier, and a manifest with every file's sha256. Prints
+    the manifest's sha256, for `restore --expect` (L4).
+
+    Examples:
+
+      tunepilot archive my-campaign/campaign.yaml
+
+      tunepilot archive my-campaign /mnt/backup/my-campaign-day3.tar.gz
+    """
+    from tunepilot.deliver.archive import archive_command
+
+    run_body(lambda: archive_command(campaign, dest, as_json))
+
+
+@app.command()
+def restore(
+    archive_file: Annotated[
+        Path, typer.Argument(help="An archive written by `tunepilot archive`.")
+    ],
+    directory: Annotated[Path, typer.Argument(help="A new (or empty) folder to restore into.")],
+    expect: Annotated[
+        str | None,
+        typer.Option("--expect", help="The archive's manifest sha256, as `archive` printed it; "
+                     "any other archive is refused."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Verify an archive file by file against its manifest, then restore the campaign folder
+    into DIRECTORY; a damaged or changed archive restores nothing (exit 2). Runs that were
+    training when it was made are marked interrupted, with the command that resumes them.
+
+    Examples:
+
+      tunepilot restore my-campaign-20261202-101500.tar my-campaign-restored
+
+      tunepilot restore day3.tar.gz /work/again --expect 9c1d...  # the sha256 archive printed
+    """
+    from tunepilot.deliver.restore import restore_command
+
+    run_body(lambda: restore_command(archive_file, directory, expect, as_json))

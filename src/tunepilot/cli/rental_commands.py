@@ -61,12 +61,22 @@ def plan(
     catalog: Catalog = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """The per-card sheet (L1) and the 3/7/30-day rental plan (L3), without a GPU: a dry run of
-    the campaign's exact step on every catalog card (fits, headroom, largest microbatch with and
-    without activation checkpointing, base dtypes, DDP vs FSDP), hours from the step's FLOPs
-    over each card's peak and a stated utilisation, or from a pilot on that very card.
+    """The per-card sheet (L1) and the 3/7/30-day rental plan (L3), without a GPU: dry runs of
+    the campaign's exact step judged on every catalog machine by one verdict (every phase,
+    every precision the step computes in, 10% headroom; the phase that decides), the largest
+    microbatch with and without activation checkpointing, base dtypes, the fastest layout of a
+    multi-GPU machine (side by side, DDP, FSDP), hours from the step's FLOPs and a utilisation
+    calibrated on published measurements (low-high range), or from a pilot on that very card.
+    Every package starts with the pilot again on the rented card.
 
-    Example: tunepilot plan campaign.yaml --gpu "H100 80GB" --catalog my-prices.yaml
+    Exit 1 when the card planned for does not PASS: the nearest change that makes it fit is
+    printed instead, each candidate a dry run actually executed.
+
+    Examples:
+
+      tunepilot plan campaign.yaml --gpu "H100 80GB" --catalog my-prices.yaml
+
+      tunepilot plan campaign.yaml model.name_or_path=llama-3-70b-config --gpu "8x A100 80GB"
     """
     from tunepilot.pilot.plan import run_plan
 
@@ -87,7 +97,8 @@ def size(
     on meta tensors (no weights read), run its first step, steady step, evaluation,
     checkpoint and export, and print each phase's peak bytes (weights, gradients, optimizer
     state, activations, temporaries) and FLOPs. model.name_or_path may be a shipped config
-    such as llama-3-8b-config.
+    such as llama-3-8b-config. Each --gpu gets the verdict `plan` gives it (exit 1 when one
+    does not PASS).
 
     Example: tunepilot size campaign.yaml model.name_or_path=llama-3-8b-config --gpu "H100 80GB"
     """

@@ -37,6 +37,16 @@ class Workspace:
         path = Path(campaign_file)
         return cls(path.resolve(), load_campaign(path, overrides or []), list(overrides or []))
 
+    def with_overrides(self, extra: list[str]) -> Workspace:
+        """The same campaign with `extra` dotted overrides on top (a sizing setting, a
+        candidate change). The data read once and the facts derived from it are shared when no
+        override touches the data, so a plan's dry runs do not read and encode it again."""
+        other = Workspace.open(self.campaign_file, [*self.overrides, *extra])
+        if not any(o.startswith(("data.", "hypothesis.")) for o in extra):
+            other.__dict__["preview"] = self.preview
+            other.__dict__["memo"] = self.memo
+        return other
+
     # -- folders ---------------------------------------------------------------------------
     @property
     def root(self) -> Path:

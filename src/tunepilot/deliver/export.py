@@ -7,6 +7,7 @@ exports/<run-id>/
   tokenizer files                                   as the run used them (pad token included)
   campaign.resolved.yaml  base.json  env.json       what was trained, on which base, where
   bundle.json  metrics.json  run.json ...           how to load it, data version, raw metrics
+  comparison.json                                   the decision, this run vs control and baseline
   control.json                                      inputs and the outputs the model gave them
   README.md                                         the 3-line load snippet, task and labels
   MANIFEST.json                                     sha256 and size of every other file
@@ -95,6 +96,7 @@ def export_model(
     predictions: list[Any] | None = None,
     audit: dict[str, Any] | None = None,
     merge: bool = False,
+    card_facts: Any = None,
 ) -> Path:
     """Write the bundle of `model` into `out_dir` (which must not exist); returns `out_dir`.
 
@@ -102,6 +104,8 @@ def export_model(
     `.txt` and `.yaml` names as text (e.g. {"comparison.json": {...}}). `predictions` (the
     run's validation predictions) give the card's metrics their intervals; `merge` also writes
     the adapter merged into its base under `merged/` (a full model in the base's dtype).
+    `card_facts` (card_facts.CardFacts) is what the model card states beyond the run's
+    metrics: data, training procedure, sealed test, comparison, license and language.
     """
     from tunepilot.deliver.controls import compute_controls
     from tunepilot.measure.env import fingerprint
@@ -160,7 +164,8 @@ def export_model(
             yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8"
         )
         _write_json(tmp / "base.json", model_source.to_json())
-        _write_json(tmp / "env.json", fingerprint())
+        env = fingerprint()
+        _write_json(tmp / "env.json", env)
         _write_json(tmp / "bundle.json", spec)
         _write_json(
             tmp / "metrics.json",
@@ -173,8 +178,8 @@ def export_model(
             save_file(control_tensors, str(tmp / IMAGES_FILE))
         for name, content in (extra_files or {}).items():
             _write_extra(tmp, name, content)
-        card = model_card(spec, model_source, out_dir, metrics, controls, predictions, audit,
-                          campaign)  # fmt: skip
+        card = model_card(spec, model_source, out_dir.name, metrics, controls, predictions,
+                          audit, campaign, env, card_facts)  # fmt: skip
         (tmp / "README.md").write_text(card, encoding="utf-8")
         unsafe = [
             f"{p.name}: {r}" for p in tmp.rglob("*") if p.is_file() and (r := unsafe_reason(p))
@@ -188,6 +193,26 @@ def export_model(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def gather_card_facts(
+    ws: Workspace, campaign: Campaign, row: Any, run_folder: Path, evaluations: list[Any],
+    test: Any, looks: int, n_train: int,
+) -> Any:  # fmt: skip
+    """What the card states beyond the metrics, and the bundle's comparison.json (L5)."""
+    from tunepilot.deliver import card_facts as cf
+    from tunepilot.deliver.comparison import bundle_comparison
+    from tunepilot.experiments.compare import HEADLINES
+
+    facts = cf.CardFacts(
+        data=cf.data_facts(ws, campaign, row.data_version),
+        training=cf.training_facts(campaign, row, n_train),
+        curve=cf.validation_curve(evaluations, HEADLINES[campaign.hypothesis.task]),
+        test=test, test_looks=looks, comparison=bundle_comparison(ws, row.id),
+        run_env=cf.read_run_env(run_folder),
+    )
+    facts.license, facts.language = cf.license_and_language(campaign, ws.model_source.path)
+    return facts
 
 
 def _refuse_existing(out_dir: Path) -> None:
@@ -221,6 +246,7 @@ def export_run(
     ws: Workspace, run_id: str, out: Path | None = None, merge: bool = False
 ) -> Path:
     """Export a completed run's latest checkpoint to `out` (default exports/<run-id>)."""
+    from tunepilot.deliver.card_facts import sealed_test
     from tunepilot.deliver.controls import choose_controls
     from tunepilot.experiments.guards import run_guards
     from tunepilot.experiments.runner import Session, load_trained_model
@@ -244,6 +270,8 @@ def export_run(
         validation = [e for e in evaluations if e.split == "validation"]
         predictions = ledger.predictions(validation[-1].id) if validation else []
         guards = run_guards(campaign, ledger, run_id)
+        test, looks = sealed_test(ledger, run_id)
+        run_folder = ledger.run_folder(row)
     encoded = session.encoded(campaign)
     metrics = {
         "final_validation": validation[-1].metrics if validation else {},
@@ -266,6 +294,9 @@ def export_run(
         "reason": row.reason, "config_hash": row.config_hash, "checkpoint": checkpoint.name,
         "data_version": row.data_version, "data_version_at_export": encoded.prepared.version,
     }  # fmt: skip
+    facts = gather_card_facts(ws, campaign, row, run_folder, evaluations, test, looks,
+                              len(encoded.prepared.splits["train"]))  # fmt: skip
+    extras = bundle_extras(run_info, model) | {"comparison.json": facts.comparison}
     # A full disk or a file-size limit (safetensors, tokenizers and plain writes each say it
     # their own way) is one sentence naming the bundle and the size of its weights.
     weights = sum(f.stat().st_size for f in checkpoint.glob("*model.safetensors"))
@@ -281,8 +312,9 @@ def export_run(
             control_examples=choose_controls(encoded.prepared.splits["validation"]),
             encoder=encoded.encoder,
             run_id=run_id,
-            extra_files=bundle_extras(run_info, model),
+            extra_files=extras,
             predictions=predictions,
             audit=read_audit(ws.root, row.data_version),
             merge=merge,
+            card_facts=facts,
         )

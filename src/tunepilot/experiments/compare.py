@@ -28,6 +28,7 @@ from typing import Any
 from tunepilot.campaign import Campaign
 from tunepilot.campaign.variants import CONTROL
 from tunepilot.experiments.compare_stats import (
+    BOOTSTRAP_SEED,
     LEVEL,
     RESAMPLES,
     hierarchical_bootstrap,
@@ -47,7 +48,6 @@ HEADLINES = {
 }
 HEADLINE_KEYS = (*dict.fromkeys(k for names in HEADLINES.values() for k in names), "loss")
 """Every task's headline metrics, then the loss: what a run's or a test look's summary shows."""
-BOOTSTRAP_SEED = 0
 BOOTSTRAP_METHOD = "paired hierarchical bootstrap: seeds and examples resampled"
 
 
@@ -297,8 +297,26 @@ def _interval(ledger: Any, task: str, control: VariantResult, v: VariantResult,
 # --------------------------------------------------------------------------------------------
 
 
+def decided(ws: Any) -> tuple[Comparison, Any | None, bool]:
+    """Compare the campaign folder's runs and keep the decision in the ledger (L4,
+    decision_record.py): (comparison, the Decision that stands or None when there is nothing
+    to compare, whether it was new)."""
+    from tunepilot.experiments.decision_record import record_comparison
+    from tunepilot.ledger import Ledger
+
+    with Ledger.open(ws.ledger_path) as ledger:  # marks runs whose process died (V3)
+        cmp = compare_ledger(ws.campaign, ledger)
+        cmp.notes += [f"marked {d.run_id} interrupted: {d.reason}"
+                      for d in ledger.interrupted_on_open]  # fmt: skip
+        if not cmp.comparable:
+            return cmp, None, False
+        decision, new = record_comparison(ledger, ws.campaign, cmp)
+    return cmp, decision, new
+
+
 def compare_command(ws: Any, as_json: bool) -> int:
-    """`tunepilot compare`: the table, the decision, and <campaign>/comparison.json.
+    """`tunepilot compare`: the table, the decision (kept in the ledger, decision_record.py),
+    and <campaign>/comparison.json, its latest view.
 
     Exit 0 with a decision whose configuration passes its guards (keeping a sound control is
     one), 1 when the configuration the decision ends on fails a guard (the kept control fails,
@@ -307,16 +325,21 @@ def compare_command(ws: Any, as_json: bool) -> int:
     from tunepilot.console import console, print_json
     from tunepilot.errors import write_json_atomic
 
-    cmp = compare_campaign(ws)
+    cmp, record, new = decided(ws)  # every decision is kept in the ledger's notebook (L4)
     payload = cmp.to_json()
-    if cmp.comparable:
-        write_json_atomic(ws.root / "comparison.json", payload)
+    if record is not None:
+        payload["decision_record"] = record.to_json() | {"new": new}
+        write_json_atomic(ws.root / "comparison.json", payload)  # the latest view of it
     if as_json:
         print_json(payload)
     else:
         _print(cmp, console)
-        if cmp.comparable:
-            console.print(f"[dim]written to {ws.root / 'comparison.json'}[/]")
+        if record is not None:
+            kept = (f"decision #{record.id} recorded in the notebook" if new else
+                    f"the same evidence and conclusion as decision #{record.id}: nothing new "
+                    "recorded")  # fmt: skip
+            console.print(f"[dim]{kept} (evidence sha256 {record.evidence_sha256[:16]}); "
+                          f"written to {ws.root / 'comparison.json'}[/]")  # fmt: skip
     if not cmp.comparable:
         return 2
     return 1 if ending_fails_guards(cmp) else 0

@@ -27,6 +27,7 @@ from typing import Any
 from tunepilot.campaign import CLASSIFICATION_TASKS
 
 RESAMPLES, LEVEL = 2000, 0.95
+BOOTSTRAP_SEED = 0  # the resampling is seeded: the same evidence gives the same interval
 CHUNK = 250  # resamples per matrix product: bounds memory at CHUNK x examples weights
 
 

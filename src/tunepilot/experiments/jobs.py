@@ -212,10 +212,7 @@ def torchrun_command(
 ) -> list[str]:
     """The command line `launch_torchrun` runs. `--standalone` (a free local port, so two
     launches on one machine never collide) unless rendezvous flags are passed through."""
-    rendezvous = any(a.replace("_", "-").startswith(_RENDEZVOUS_FLAGS) for a in extra_torchrun_args)
-    cmd = [sys.executable, "-m", "torch.distributed.run"]
-    cmd += [] if rendezvous else ["--standalone"]
-    cmd += ["--nproc_per_node", str(nproc), *extra_torchrun_args]
+    cmd = torchrun_prefix(nproc, extra_torchrun_args)
     cmd += ["-m", "tunepilot.experiments.worker", str(campaign_path), *overrides]
     cmd += ["--variant", variant, "--seed", str(seed), "--strategy", strategy]
     cmd += ["--run-id", run_id] if run_id else []
@@ -224,15 +221,26 @@ def torchrun_command(
     return cmd
 
 
-def launch_torchrun(cmd: Sequence[str], nproc: int) -> int:
-    """Run torchrun in the foreground (its output is the ranks' output); its exit code.
+def torchrun_prefix(nproc: int, extra_torchrun_args: Sequence[str] = ()) -> list[str]:
+    """`python -m torch.distributed.run [--standalone] --nproc_per_node N [flags]`, the start
+    of every torchrun launch; `--standalone` unless rendezvous flags are passed through."""
+    rendezvous = any(a.replace("_", "-").startswith(_RENDEZVOUS_FLAGS) for a in extra_torchrun_args)
+    cmd = [sys.executable, "-m", "torch.distributed.run"]
+    cmd += [] if rendezvous else ["--standalone"]
+    return cmd + ["--nproc_per_node", str(nproc), *extra_torchrun_args]
 
-    On CPU each rank gets cores / nproc torch threads unless OMP_NUM_THREADS is set
-    (torchrun alone would give every rank 1).
-    """
+
+def torchrun_env(nproc: int) -> dict[str, str]:
+    """The environment of a launch: on CPU each rank gets cores / nproc torch threads unless
+    OMP_NUM_THREADS is set (torchrun alone would give every rank 1)."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // nproc)))
-    return subprocess.run(list(cmd), env=env, check=False).returncode
+    return env
+
+
+def launch_torchrun(cmd: Sequence[str], nproc: int) -> int:
+    """Run torchrun in the foreground (its output is the ranks' output); its exit code."""
+    return subprocess.run(list(cmd), env=torchrun_env(nproc), check=False).returncode
 
 
 def run_distributed(

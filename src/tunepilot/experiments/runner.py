@@ -138,6 +138,14 @@ def _prepare_for(ws: Workspace, campaign: Campaign) -> Any:
     return prepare_data(campaign, ws.root, write=True)
 
 
+def train_device() -> str:
+    """The device a single-process run is measured on: the first GPU, else the CPU (the
+    pilot's rule)."""
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
 def _device_of(model: Any) -> str:
     return str(next(model.parameters()).device)
 
@@ -213,6 +221,7 @@ def execute_run(
     the update boundary, records the stop and raises `Stopped`.
     """
     from tunepilot.experiments.recovery import failure_reason, next_step, record_end, resume_source
+    from tunepilot.measure.phase_log import PhaseLog
     from tunepilot.train.loop import train
     from tunepilot.train.stopping import StopSignals
 
@@ -261,14 +270,16 @@ def execute_run(
                 write_run_files(run_dir, campaign, {
                     "run_id": run_id, "variant": variant, "seed": seed,
                     "data_version": data_version, "retry_of": retry_of})  # fmt: skip
-            model = session.build_model(campaign, seed)
+            phases = PhaseLog.for_run(run_dir, train_device())  # memory per phase (S5)
+            with phases.phase("load"):
+                model = session.build_model(campaign, seed)
             if resume_from is None:
                 record_trainable(ledger, run_id, run_dir, model)
             result = train(
                 model, encoded.train, campaign.training, run_dir, kind=model_kind(campaign),
                 pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point, resume=resume_from,
                 on_update=on_update, progress=progress, stop_after=stop_after, stop=stop,
-                label=f"training {run_id}",
+                label=f"training {run_id}", phases=phases,
                 sinks=trackers_for(ws, campaign, run_id, variant, seed, data_version),
             )  # fmt: skip
     except KeyboardInterrupt:

@@ -46,6 +46,7 @@ from tunepilot.experiments.runner import (
     trackers_for,
     write_run_files,
 )
+from tunepilot.measure.phase_log import PhaseLog
 from tunepilot.train.checkpoint import unwrap
 from tunepilot.train.distributed import (
     STRATEGIES,
@@ -132,12 +133,14 @@ def execute_distributed_run(
 
         previous = _record_sigterm() if ctx.is_main else None
         try:
-            model = wrap_model(session.build_model(campaign, seed), strategy, ctx)
+            phases = PhaseLog.for_run(run_dir, ctx.device, ctx.rank, ctx.world_size)  # S5
+            with phases.phase("load"):
+                model = wrap_model(session.build_model(campaign, seed), strategy, ctx)
             result = train(
                 model, encoded.train, t, run_dir, kind=model_kind(campaign),  # type: ignore[arg-type]
                 pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point,
                 resume=run_dir if resume else None, rank=ctx.rank, world_size=ctx.world_size,
-                on_update=on_update, progress=progress, stop_after=stop_after,
+                on_update=on_update, progress=progress, stop_after=stop_after, phases=phases,
                 label=f"training {run_id}", sinks=trackers_for(
                     ws, campaign, run_id, variant, seed, encoded.prepared.version
                 ) if ctx.is_main else (),

@@ -3,6 +3,7 @@
     schema.py    tables, triggers that refuse UPDATE and DELETE, row types
     liveness.py  runs whose process is gone are found and marked `interrupted`
     evidence.py  curves, evaluations with per-example predictions, test looks, notes
+    decisions.py every decision `compare` reached, with its evidence digest
     store.py     `Ledger`: opening, run ids, status history, retries on a busy file
 
 Importing it costs only sqlite3 and the standard library.

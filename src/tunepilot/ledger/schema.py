@@ -193,6 +193,20 @@ _TABLES_V2 = (
     "CREATE INDEX run_facts_run ON run_facts(run_id, kind, id)",
 )
 
+_TABLES_V3 = (
+    """CREATE TABLE decisions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,   -- decision #N of the campaign, in order
+        at TEXT NOT NULL,
+        evidence_sha256 TEXT NOT NULL,  -- the evaluations and rule inputs it rests on
+        adopted TEXT,                   -- the adopted variant; NULL keeps the control (V7)
+        decision TEXT NOT NULL CHECK (length(trim(decision)) > 0),
+        body TEXT NOT NULL,             -- JSON: the comparison as `compare` showed it
+        note_id INTEGER NOT NULL REFERENCES notebook(id),
+        pid INTEGER NOT NULL,
+        host TEXT NOT NULL)""",
+    "CREATE INDEX decisions_evidence ON decisions(evidence_sha256, id)",
+)
+
 SCHEMA_VERSION_DDL = """CREATE TABLE IF NOT EXISTS schema_version (
     version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"""
 MIGRATIONS = (
@@ -206,6 +220,12 @@ MIGRATIONS = (
         2,
         "run_facts: trainable parameters per run (P2), exported bundles with their digest",
         _TABLES_V2 + _append_only_triggers(("run_facts",)),
+    ),
+    Migration(
+        3,
+        "decisions: every comparison's decision with its evidence digest, beside its notebook "
+        "entry (L4)",
+        _TABLES_V3 + _append_only_triggers(("decisions",)),
     ),
 )
 

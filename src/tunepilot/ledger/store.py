@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tunepilot.errors import input_error, storage_error
+from tunepilot.ledger.decisions import DecisionRecords
 from tunepilot.ledger.evidence import EvidenceRecords
 from tunepilot.ledger.facts import RunFacts
 from tunepilot.ledger.liveness import RunLiveness
@@ -81,7 +82,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # ids name folders
 T = TypeVar("T")
 
 
-class Ledger(StatusHistory, RunLiveness, EvidenceRecords, RunFacts):
+class Ledger(StatusHistory, RunLiveness, EvidenceRecords, RunFacts, DecisionRecords):
     """An open ledger: `with Ledger.open(campaign_folder) as ledger: ...`.
 
     One connection per process; a Ledger must not cross a fork (open it again in the child).

@@ -9,6 +9,11 @@ Package versions come from `importlib.metadata`, so recording them imports nothi
 torch is the exception: CUDA/ROCm versions and device properties can only be asked of it; it
 is imported inside `fingerprint` (only commands that train call it). No timestamps go in, so
 two fingerprints of the same machine are equal and every diff line means something.
+
+What a step really ran on: the GPU driver from the driver's own tool (nvidia-smi; amd-smi, or
+rocm-smi where it is older, which also names the ROCm release), the collective library the
+torch build links (NCCL, or RCCL on ROCm), and the kernel packages that change a step when
+they are installed (flash-attn, bitsandbytes, triton, liger-kernel, deepspeed).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ DEFAULT_PACKAGES = (
     "numpy",
     "tunepilot",
 )
+OPTIONAL_PACKAGES = ("flash-attn", "bitsandbytes", "triton", "liger-kernel", "deepspeed")
+"""Kernels and engines that change what a step computes or how fast: recorded when present."""
 
 _SUBPROCESS_TIMEOUT_S = 10
 
@@ -80,13 +87,65 @@ def _run(cmd: list[str]) -> tuple[str | None, str | None]:
 
 
 def driver_version() -> dict[str, str | None]:
-    """The GPU driver as the driver itself reports it (nvidia-smi), or None without one."""
+    """The GPU driver as the driver's own tool reports it: nvidia-smi on NVIDIA; amd-smi (or
+    the older rocm-smi) on AMD, with the ROCm release amd-smi names. None without one."""
     if shutil.which("nvidia-smi"):
         out, why = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
         if out:
             return {"vendor": "nvidia", "version": out.splitlines()[0].strip(), "error": None}
         return {"vendor": "nvidia", "version": None, "error": why}
+    if shutil.which("amd-smi"):
+        out, why = _run(["amd-smi", "version"])
+        fields = parse_amd_smi_version(out or "")
+        version = fields.get("amdgpu version")
+        if version is None and shutil.which("rocm-smi"):
+            version = rocm_smi_driver_version(_run(["rocm-smi", "--showdriverversion"])[0] or "")
+        return {"vendor": "amd", "version": version, "rocm": fields.get("rocm version"),
+                "tool": "amd-smi " + fields.get("amdsmi tool", "?"),
+                "error": None if version else why or "amd-smi named no amdgpu version"}
+    if shutil.which("rocm-smi"):
+        out, why = _run(["rocm-smi", "--showdriverversion"])
+        version = rocm_smi_driver_version(out or "")
+        return {"vendor": "amd", "version": version, "rocm": None, "tool": "rocm-smi",
+                "error": None if version else why or "rocm-smi named no driver version"}
     return {"vendor": None, "version": None, "error": None}
+
+
+def parse_amd_smi_version(text: str) -> dict[str, str]:
+    """`AMDSMI Tool: 26.1.0+cd50d9e0 | AMDSMI Library version: 26.1.0 | ROCm version: 7.10.0 |
+    amdgpu version: 6.16.6 | amd_hsmp version: N/A` -> {"rocm version": "7.10.0", ...}, keys
+    lower-cased; "N/A" values left out."""
+    out: dict[str, str] = {}
+    for part in text.strip().splitlines()[0].split("|") if text.strip() else []:
+        key, sep, value = part.partition(":")
+        if sep and value.strip() and value.strip().upper() != "N/A":
+            out[key.strip().lower()] = value.strip()
+    return out
+
+
+def rocm_smi_driver_version(text: str) -> str | None:
+    """The value of rocm-smi's `Driver version: 6.7.0` line, None when absent."""
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip().lower().endswith("driver version") and value.strip():
+            return value.strip()
+    return None
+
+
+def collective_library(torch: Any) -> dict[str, str | None]:
+    """The collective library the torch build links: NCCL on CUDA, RCCL on ROCm (torch asks
+    the same `torch.cuda.nccl.version()` for both). Empty on a CPU build (gloo only)."""
+    hip = getattr(torch.version, "hip", None)
+    if not (torch.version.cuda or hip):
+        return {}
+    name = "rccl" if hip else "nccl"
+    try:
+        version = torch.cuda.nccl.version()
+    except (AttributeError, RuntimeError) as exc:  # a build without it, or no driver
+        return {name: None, f"{name}_error": str(exc)[:200]}
+    if isinstance(version, tuple):
+        version = ".".join(str(x) for x in version)
+    return {name: str(version)}
 
 
 def _torch_info() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -109,6 +168,7 @@ def _torch_info() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         # CPU sums are split across intra-op threads: a different count can change the last
         # bits of a loss (measured on MiniLM: 1.8e-7), so it belongs to a run's identity.
         "intra_op_threads": torch.get_num_threads(),
+        **collective_library(torch),
     }
     devices: list[dict[str, Any]] = []
     if torch.cuda.is_available():
@@ -141,6 +201,7 @@ def fingerprint(extra_packages: Iterable[str] = ()) -> dict[str, Any]:
     """
     torch_info, devices = _torch_info()
     packages = list(dict.fromkeys([*DEFAULT_PACKAGES, *extra_packages]))
+    present = {k: v for k, v in package_versions(OPTIONAL_PACKAGES).items() if v is not None}
     return {
         "python": {
             "version": platform.python_version(),
@@ -165,7 +226,7 @@ def fingerprint(extra_packages: Iterable[str] = ()) -> dict[str, Any]:
             for key in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
         },
         "devices": devices,
-        "packages": package_versions(packages),
+        "packages": {**package_versions(packages), **present},
     }
 
 

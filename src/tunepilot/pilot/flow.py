@@ -1,7 +1,8 @@
 """`tunepilot pilot` and `tunepilot plan`: the command bodies (S1, S4-S7, D7, D9, B1, L1-L3).
 
 `run_pilot` runs the 13 gates in order on the campaign's control configuration, each inside
-the one memory probe, and writes `pilots/<pilot-id>/`:
+the one memory probe (and a DDP or FSDP campaign's step gates again in real torchrun ranks,
+gate 14, replicas.py), and writes `pilots/<pilot-id>/`:
 
     gates.json     one row per phase + backend fingerprint + config hash + data version
     samples.json   the rendered inspect samples (and samples.txt for a person)
@@ -44,6 +45,7 @@ from tunepilot.pilot.gates import (
 )
 from tunepilot.pilot.overfit import overfit_gate
 from tunepilot.pilot.phases import Gate, GateRow, PilotHooks, PilotState, gate_table, run_gate
+from tunepilot.pilot.replicas import replicas_gate, replicated
 from tunepilot.pilot.stale import environment_gate
 from tunepilot.progress import Progress
 from tunepilot.verdict import Verdict
@@ -63,6 +65,13 @@ GATES = (
     Gate(12, "resume", "R1", resume_gate, ("load",)),
     Gate(13, "export", "R2, P4", export_gate, ("load",)),
 )
+REPLICAS = Gate(14, "replicas", "S4, S5, B3, B4", replicas_gate, ("load",))
+"""A DDP or FSDP campaign's step gates again, in N real processes (replicas.py)."""
+
+
+def gates_for(campaign: Any) -> tuple[Gate, ...]:
+    """The 13 gates, and the replicas gate when the campaign trains with data replicas."""
+    return GATES + ((REPLICAS,) if replicated(campaign) else ())
 _HEAVY = ("checkpoint", "export", "resume/parent/checkpoints", "resume/child/checkpoints")
 
 
@@ -139,12 +148,13 @@ def execute_pilot(ws: Workspace, **options: Unpack[PilotOptions]) -> PilotResult
     pilot_id, folder = new_pilot_folder(ws.pilots_dir)
     state = new_state(ws, pilot_id, folder, tensors=tensors, hooks=hooks)
     rows: dict[str, GateRow] = {}
-    with Progress(f"pilot {pilot_id}", len(GATES), "gates", heartbeat=True) as shown:
-        for number, gate in enumerate(GATES):
+    gates = gates_for(ws.campaign)
+    with Progress(f"pilot {pilot_id}", len(gates), "gates", heartbeat=True) as shown:
+        for number, gate in enumerate(gates):
             shown.advance(number, f"gate {gate.number} {gate.name}")
             rows[gate.name] = run_gate(state, gate, rows)
         shown.note = ""
-        shown.advance(len(GATES))
+        shown.advance(len(gates))
     verdicts = {r.verdict for r in rows.values()}
     overall = next((v for v in (Verdict.FAIL, Verdict.WARN) if v in verdicts), Verdict.PASS)
     payload = {
@@ -177,10 +187,22 @@ def run_pilot(ws: Workspace, *, as_json: bool, **options: Unpack[PilotOptions]) 
         print_json(result.payload | {"sizing": result.sizing})
     else:
         console.print(gate_table(result.rows, f"pilot {result.pilot_id}: {ws.campaign.name}"))
+        per_rank = rank_rows(result.rows)
+        if per_rank:
+            console.print(gate_table(per_rank, "every rank, every phase (gate 14, S5)"))
         rel = result.folder.relative_to(ws.root)
         console.print(f"saved {rel}/gates.json, samples.txt, sizing.json, plan.md")
         console.print(result.sizing.get("sentence", ""), markup=False)
     return 1 if result.failed else 0
+
+
+def rank_rows(rows: list[GateRow]) -> list[GateRow]:
+    """The replicas gate's rows, one per rank per phase, as gate rows named `phase (rank K)`."""
+    gate = next((r for r in rows if r.phase == "replicas"), None)
+    keep = ("number", "phase", "inputs", "memory", "duration_s", "verdict", "sentence",
+            "requirement")  # fmt: skip
+    return [GateRow(**{k: r[k] for k in keep} | {"phase": f"{r['phase']} (rank {r['rank']})"})
+            for r in (gate.details.get("rows") or [] if gate else [])]  # fmt: skip
 
 
 def write_json(path: Path, payload: Any) -> None:

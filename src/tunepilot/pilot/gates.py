@@ -324,12 +324,11 @@ def evaluation_gate(state: PilotState) -> Outcome:
                    details, dict(state.shape))  # fmt: skip
 
 
-def checkpoint_gate(state: PilotState) -> Outcome:
-    """Gate 11: the full training state saved as a run would save it: time, size, memory (R1)."""
-    from tunepilot.measure.memory import human_bytes
+def checkpoint_inputs(state: PilotState, replicas: int = 1) -> tuple[dict[str, Any], dict]:
+    """(sampler state, extra state) a run would save after the pilot's updates."""
     from tunepilot.train.arithmetic import plan_from_settings
     from tunepilot.train.batching import UpdateSampler
-    from tunepilot.train.checkpoint import run_identity, save_checkpoint, verify_checkpoint
+    from tunepilot.train.checkpoint import run_identity
 
     t, data = state.training, state.encoded.train
     sampler = UpdateSampler([len(e.input_ids) for e in data], t.microbatch, t.accumulation,
@@ -337,13 +336,30 @@ def checkpoint_gate(state: PilotState) -> Outcome:
                             bucket_by_length=t.bucket_by_length)  # fmt: skip
     for _ in range(state.updates_done):
         sampler.next_update()
-    plan = plan_from_settings(len(data), t, 1).to_json()
+    plan = plan_from_settings(len(data), t, replicas).to_json()
     scaler = state.scaler.state_dict() if state.scaler is not None else None
     extra = {"seed": t.seed, "examples_seen": 0, "elapsed_seconds": 0.0, "grad_scaler": scaler,
              "plan": plan, **run_identity(t, data)}  # fmt: skip
+    return sampler.state_dict(), extra
+
+
+def checkpoint_gate(state: PilotState) -> Outcome:
+    """Gate 11: the full training state saved as a run would save it: time, size, memory (R1)."""
+    from tunepilot.train.checkpoint import save_checkpoint
+
+    sampler, extra = checkpoint_inputs(state)
     tick = time.perf_counter()
     folder = save_checkpoint(state.folder / "checkpoint", state.updates_done, state.model,
-                             state.optimizer, sampler.state_dict(), extra, keep_last=1)  # fmt: skip
+                             state.optimizer, sampler, extra, keep_last=1)  # fmt: skip
+    return checkpoint_outcome(state, folder, tick)
+
+
+def checkpoint_outcome(state: PilotState, folder: Any, tick: float) -> Outcome:
+    """The checkpoint gate's verdict on a step folder saved since `tick`: time, size, and its
+    manifest verified."""
+    from tunepilot.measure.memory import human_bytes
+    from tunepilot.train.checkpoint import verify_checkpoint
+
     synchronize(state.device)
     seconds = time.perf_counter() - tick
     manifest = verify_checkpoint(folder)

@@ -17,6 +17,7 @@ it, and whether the extensions the campaign relies on run here (B1, B2, L2).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +70,10 @@ def measured_card(env: dict[str, Any], catalog: Any) -> str:
     if not devices:
         return "cpu"
     name, memory = devices[0]["name"].lower(), devices[0]["total_memory_bytes"] / 2**30
+    words = set(re.split(r"[^a-z0-9]+", name))  # whole words: an A10G is no A10
 
     def named(card: Any) -> bool:
-        return all(w in name for w in card.name.lower().split() if not w.endswith("gb"))
+        return all(w in words for w in card.name.lower().split() if not w.endswith("gb"))
 
     matches = [c for c in catalog.cards if named(c)]
     if not matches:

@@ -125,7 +125,8 @@ def _from_ledger(ws: Workspace) -> dict[str, Any]:
     policy = ws.campaign.test_policy.on_second_look
     out: dict[str, Any] = {"runs": [], "history": [], "baseline": {"evaluations": []},
                            "test_looks": {"looks": [], "count": 0, "policy": policy},
-                           "notes": [], "ledger": {"exists": ws.ledger_path.is_file(),
+                           "notes": [], "decisions": [],
+                           "ledger": {"exists": ws.ledger_path.is_file(),
                                                    "marked": []}}  # fmt: skip
     if not ws.ledger_path.is_file():
         return out
@@ -145,6 +146,7 @@ def _from_ledger(ws: Workspace) -> dict[str, Any]:
         out["test_looks"] = {"looks": looks, "count": len(looks), "policy": policy}
         out["notes"] = [{"id": n.id, "at": n.at, "run_id": n.run_id, "text": n.text}
                         for n in ledger.notes()]  # fmt: skip
+        out["decisions"] = [x.to_json() for x in ledger.decisions()]  # every one, in order (L4)
     retried_by: dict[str, list[str]] = {}
     for r in out["runs"]:
         if r["retry_of"]:
@@ -280,6 +282,8 @@ def _pilot(ws: Workspace) -> dict[str, Any]:
         if isinstance(r, dict):
             rows.append({k: r.get(k) for k in ("number", "phase", "inputs", "memory", "duration_s",
                                                "verdict", "sentence", "requirement")})  # fmt: skip
+            if r.get("phase") == "replicas":  # one row per rank per phase (S5)
+                rows[-1]["ranks"] = (r.get("details") or {}).get("rows") or []
     try:
         plan_md = (latest / "plan.md").read_text(encoding="utf-8")
     except OSError:

@@ -178,7 +178,28 @@ def comparison(d: dict[str, Any]) -> str:
     return html + dl([("reference control run", code(ref.get("run"))),
                       ("eval config", code(ref.get("eval_config_hash"))),
                       ("data version", code(ref.get("data_version"))),
-                      ("written", e(cmp.get("written_at")))])  # fmt: skip
+                      ("written", e(cmp.get("written_at")))]) + decision_history(d)  # fmt: skip
+
+
+def decision_history(d: dict[str, Any]) -> str:
+    """Every decision `compare` reached, from the ledger, newest first (L4): comparison.json
+    holds only the latest."""
+    decisions = d.get("decisions") or []
+    if not decisions:
+        return ""
+    shown = (cmp := d["comparison"] or {}).get("decision_record") or {}
+    rows = [[num(x["id"]) + (" (comparison.json)" if x["id"] == shown.get("id") else ""),
+             e(x["at"][:19]), code(x["adopted"]) if x["adopted"] else "keep the control",
+             code(x["evidence_sha256"][:16]), prose(x["decision"])]
+            for x in reversed(decisions)]  # fmt: skip
+    latest = decisions[-1]["id"]
+    stale = (f"<p>{badge('WARN')} comparison.json shows decision #{num(shown.get('id'))}, not the "
+             f"latest (#{num(latest)}).</p>" if shown and shown.get("id") != latest and cmp
+             else "")  # fmt: skip
+    return ("<h3>Every decision, with its evidence (L4)</h3><p>Kept in the ledger with the "
+            "digest of the evaluations it rests on; a decision is added when the evidence or "
+            "the conclusion changes, and none is ever replaced.</p>" + stale
+            + table(["#", "at", "decision", "evidence sha256", "why"], rows, "decisions"))
 
 
 def _level(cmp: dict[str, Any]) -> str:

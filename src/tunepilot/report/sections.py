@@ -238,6 +238,11 @@ def pilot(d: dict[str, Any]) -> str:
     gates = gate_table(p["rows"]) if p["rows"] else missing("gates.json holds no rows",
                                                             cmd["pilot"])  # fmt: skip
     html += "<h3>Gate table (S4, S5)</h3>" + gates
+    replicas = next((r for r in p["rows"] if r.get("phase") == "replicas"), None)
+    per_rank = (replicas or {}).get("ranks") or []
+    if per_rank:  # gate 14: the step gates again in every rank of a DDP or FSDP campaign
+        html += ("<h3>Every rank, every phase (S4, S5, B3, B4)</h3>" + gate_table(
+            [r | {"phase": f"{r.get('phase')} (rank {r.get('rank')})"} for r in per_rank]))
     s = p.get("sizing")
     html += "<h3>Sizing sheet (S1, S7, L1)</h3>"
     if not isinstance(s, dict):
@@ -260,7 +265,8 @@ def pilot(d: dict[str, Any]) -> str:
     html += "<h3>Rental plan (L3)</h3>"
     if not md:
         return html + missing("no plan.md in the pilot folder", cmd["plan"])
-    plan_md = next((v for k, v in parts.items() if k.startswith("Rental plan")), "")
+    plan_md = next((v for k, v in parts.items()  # a package, or why the card gets none
+                    if k.startswith(("Rental plan", "No rental plan"))), "")
     if not plan_md:  # the pilot measures; the per-card sheet and package come from the plan
         html += missing("the pilot measured this machine; no per-card sheet or package yet",
                         cmd["plan"])  # fmt: skip

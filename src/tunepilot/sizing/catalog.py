@@ -1,11 +1,14 @@
 """The GPU catalog (L1, L3): cards a user may rent, their memory, backend, public peak
 throughput per precision, memory bandwidth and prices.
 
-The shipped file (`tunepilot/sizing/gpus.yaml`) lists common cards with the vendor's dense
-peak TFLOPS and the datasheet each figure comes from. Prices are left empty: only the user
-knows what their provider charges, and a made-up price would make the plan's cost look like a
-fact. The one number that is not public is the share of the peak a fine-tuning step reaches
-(`assumed_mfu`); the plan labels every hour computed with it as an assumption.
+The shipped file (`tunepilot/sizing/gpus.yaml`) lists common cards and machines with the
+vendor's dense peak TFLOPS and the datasheet each figure comes from. A precision a card does
+not list is one it cannot compute in (a T4 has no bf16): the per-card verdict refuses a step
+that needs it (`sizing.fit`). Prices are left empty: only the user knows what their provider
+charges, and a made-up price would make the plan's cost look like a fact. The share of the
+peak a fine-tuning step reaches is not public either: it is a model calibrated on published
+measurements (`sizing.throughput`); `assumed_mfu` (file-wide) or `mfu` (per card) replace it
+with the user's own figure.
 
 A user passes their own file with the same shape; unknown keys are errors that name the key
 path and line, like the campaign file (STYLE practice 5).
@@ -22,11 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from tunepilot.campaign.loading import key_lines, read_yaml
 from tunepilot.errors import InputError, Problem, input_error
-from tunepilot.measure.memory import human_bytes
-from tunepilot.verdict import Verdict
 
 GIB = 1024**3
-Precision = Literal["fp32", "tf32", "bf16", "fp16", "int8"]
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
 
 
 class GpuCard(BaseModel):
@@ -43,6 +44,14 @@ class GpuCard(BaseModel):
     )
     bandwidth_gb_s: float = Field(gt=0, description="Peak memory bandwidth, GB/s.")
     source: str = Field(min_length=1, description="Datasheet the figures come from.")
+    arch: str | None = Field(
+        default=None, description="Compute architecture the software stack must target "
+        "(sm_80, gfx942): what the re-pilot's environment gate checks the torch build for."
+    )
+    stack: str | None = Field(
+        default=None, description="The oldest CUDA or ROCm release (and PyTorch build) that "
+        "supports the card, with its source."
+    )
     gpus: int = Field(default=1, ge=1, description="GPUs in one rented machine.")
     prices: dict[int, float | None] = Field(
         default_factory=lambda: {3: None, 7: None, 30: None},
@@ -54,8 +63,9 @@ class GpuCard(BaseModel):
         description="The machine's hourly price, used for a null package.",
     )
     mfu: float | None = Field(
-        default=None, gt=0, le=1, description="Assumed share of the peak; overrides assumed_mfu."
-    )
+        default=None, gt=0, le=1,
+        description="Your own share of the peak on this card; replaces the calibrated model.",
+    )  # fmt: skip
 
     @field_validator("peak_tflops")
     @classmethod
@@ -69,6 +79,16 @@ class GpuCard(BaseModel):
     def bf16(self) -> bool:
         """Whether the card computes in bfloat16 (T4 does not)."""
         return "bf16" in self.peak_tflops
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """The precisions the card computes in: those its datasheet gives a peak for."""
+        return tuple(self.peak_tflops)
+
+    @property
+    def machine_bytes(self) -> int:
+        """Memory of the whole machine (every GPU of it)."""
+        return self.memory_bytes * self.gpus
 
     def peak_flops(self, precision: str) -> float | None:
         """Peak dense FLOP/s for a step computed in `precision` (fp32 autocast-free matmuls run
@@ -97,36 +117,17 @@ class GpuCard(BaseModel):
     def memory_bytes(self) -> int:
         return int(self.memory_gib * GIB)
 
-    def fit(
-        self, peak_bytes: float, min_headroom: float, precision: str = "fp32", gpus: int = 1
-    ) -> dict[str, Any]:
-        """Verdict of a predicted per-GPU peak on this card; headroom = share left free (L1)."""
-        headroom = 1.0 - peak_bytes / self.memory_bytes
-        if precision == "bf16" and not self.bf16:
-            verdict, why = Verdict.FAIL, f"{self.name} has no bf16"
-        elif headroom >= min_headroom:
-            verdict, why = Verdict.PASS, f"fits with {headroom:.0%} headroom"
-        elif headroom >= 0:
-            verdict, why = Verdict.WARN, f"fits with only {headroom:.0%} headroom"
-        else:
-            short = human_bytes(-headroom * self.memory_bytes)
-            verdict, why = (
-                Verdict.FAIL,
-                f"needs {human_bytes(peak_bytes)}, {short} more than it has",
-            )
-        if gpus > 1:
-            why += f" (per GPU, on a machine with {gpus} of them)"
-        return {"verdict": str(verdict), "headroom": round(headroom, 4), "sentence": why}
-
 
 class Catalog(BaseModel):
     """The whole file: the two labelled assumptions and the cards."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    assumed_mfu: float = Field(
-        gt=0, le=1, description="Assumption: share of the peak a fine-tuning step reaches."
-    )
+    assumed_mfu: float | None = Field(
+        default=None, gt=0, le=1,
+        description="Your own share of the peak a fine-tuning step reaches on every card; "
+        "unset: the model calibrated on published measurements (sizing.throughput).",
+    )  # fmt: skip
     assumed_disk_gb_s: float = Field(
         gt=0, description="Assumption: disk read/write speed for checkpoints and exports."
     )
@@ -149,8 +150,9 @@ class Catalog(BaseModel):
         """The file this catalog was read from."""
         return self._source
 
-    def mfu(self, card: GpuCard) -> float:
-        """The assumed model FLOPs utilisation on `card` (its own, else the file's)."""
+    def mfu(self, card: GpuCard) -> float | None:
+        """The user's own utilisation for `card` (its own, else the file's), or None: then the
+        calibrated model decides (`sizing.throughput`)."""
         return card.mfu if card.mfu is not None else self.assumed_mfu
 
     def card(self, name: str) -> GpuCard:

@@ -4,36 +4,36 @@ on every card of the catalog, from a handful of GPU-free dry runs.
 Every memory number here is a dry run's: the campaign's model built from its config on fake
 tensors, its step executed phase by phase (`sizing.dry_run`). Nothing is an assumed share:
 
+- each card is judged by the one verdict (`sizing.fit.fit`) on a dry run at settings it can
+  run (model.base_dtype unset: bf16 where the card has it, fp32 where not): every phase with
+  the headroom policy, every precision the step computes in; a machine of several GPUs under
+  each layout it can run (side by side, DDP, FSDP), the fastest that fits planned
+  (`sizing.machine`). Only a PASS row gets hours, a package and a cost;
 - activation bytes are linear in the microbatch at a fixed length, so the dry runs at
   microbatch 1 and 2 give each phase's exact slope, and the largest microbatch per card
   follows without calling the dry run again;
-- activation checkpointing and precision are each sized by their own dry runs (S3), with
-  their memory effect (peak bytes) and time effect (FLOPs per update, and the card's peak for
-  the precision);
+- activation checkpointing, precision and the evaluation batch are each sized by their own
+  dry runs on the phase they change (`sizing.options`, S3);
 - the base dtypes (fp32, bf16, nf4) are dry runs at the configured shape.
 
-At most eight dry runs, each once (`DryRuns` keeps them). DDP and FSDP per-GPU bytes for
-multi-GPU machines are arithmetic on the dry run's split (weights, gradients, optimizer
-state, activations), stated as such.
+About nine dry runs, each once (`DryRuns` keeps them), each announced on stderr as it starts.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tunepilot.errors import InputError, input_error
 from tunepilot.measure.memory import human_bytes
 from tunepilot.sizing.catalog import Catalog, GpuCard
+from tunepilot.sizing.fit import MIN_HEADROOM, fit, machine_fits, resolved_base
 from tunepilot.train.arithmetic import plan_updates
 
-MIN_HEADROOM = 0.10
-"""Share of each card kept free: the caching allocator's reserved-but-free blocks live there
-(a pilot on the card measures reserved minus allocated)."""
 BASE_DTYPES = ("fp32", "bf16", "nf4")
-TRAINING_PHASES = ("first step", "steady step")
 
 
 @dataclass(frozen=True)
@@ -44,18 +44,35 @@ class Setting:
     checkpointing: bool
     base_dtype: str
     precision: str
+    eval_batch: int | None = None  # None: the campaign's training.eval_batch_size
+
+    def describe(self) -> str:
+        ckpt = "on" if self.checkpointing else "off"
+        said = (f"microbatch {self.microbatch}, checkpointing {ckpt}, base {self.base_dtype}, "
+                f"precision {self.precision}")  # fmt: skip
+        return said + (f", eval batch {self.eval_batch}" if self.eval_batch else "")
 
 
 class DryRuns:
-    """The dry runs a sheet asks for, each run once. `run(setting)` returns a `DryRun`."""
+    """The dry runs a sheet asks for, each run once. `run(setting)` returns a `DryRun`. Each
+    new one is announced on stderr when it starts and when it ends, so a plan that takes a
+    minute is never silent (`--json` keeps stdout for its document)."""
 
-    def __init__(self, run: Callable[[Setting], Any]) -> None:
+    def __init__(self, run: Callable[[Setting], Any], *, announce: bool = True) -> None:
         self._run = run
         self._done: dict[Setting, Any] = {}
+        self.announce = announce
 
     def __call__(self, setting: Setting) -> Any:
         if setting not in self._done:
+            from tunepilot.progress import start_line
+
+            tick = time.monotonic()
+            if self.announce:
+                start_line(f"dry run {len(self._done) + 1}: {setting.describe()}")
             self._done[setting] = self._run(setting)
+            if self.announce:
+                start_line(f"dry run {len(self._done)} done in {time.monotonic() - tick:.1f} s")
         return self._done[setting]
 
     @property
@@ -134,13 +151,28 @@ class SheetInputs:
     margin: float
     packages: tuple[int, ...]
     assumptions: list[str] = field(default_factory=list)
+    base_unset: bool = False  # model.base_dtype unset: each card loads what it can (bf16/fp32)
+    eval_batch: int = 32
+    campaign_file: str = "campaign.yaml"
+    first_seed: int = 0
+    attention: str | None = None  # model.attn_implementation
 
     @property
     def setting(self) -> Setting:
         return Setting(self.microbatch, self.checkpointing, self.base_dtype, self.precision)
 
+    @property
+    def examples_per_update(self) -> int:
+        return self.microbatch * self.accumulation
 
-def sheet_inputs(campaign: Any, n_train: int, n_validation: int, base_dtype: str) -> SheetInputs:
+    def on(self, card: GpuCard) -> Setting:
+        """The configured step as `card` runs it: the base dtype the run loads there."""
+        base = resolved_base(card, None if self.base_unset else self.base_dtype)
+        return replace(self.setting, base_dtype=base)
+
+
+def sheet_inputs(campaign: Any, n_train: int, n_validation: int, base_dtype: str,
+                 campaign_file: str = "campaign.yaml") -> SheetInputs:  # fmt: skip
     """The configured step, updates per run (S7) and validation passes, from the campaign."""
     t, d, r = campaign.training, campaign.data, campaign.rental
     replicas = t.distributed.nproc if t.distributed.strategy != "none" else 1
@@ -152,7 +184,10 @@ def sheet_inputs(campaign: Any, n_train: int, n_validation: int, base_dtype: str
         t.precision, max(1, math.ceil(n_validation / t.eval_batch_size)), total,
         len(campaign.variants), max(1, len(campaign.seeds)), math.ceil(total / t.eval_every),
         math.ceil(total / t.checkpoint_every) if t.checkpoint_every else 1, r.margin,
-        tuple(sorted(r.packages_days)),
+        tuple(sorted(r.packages_days)), base_unset=campaign.model.base_dtype is None,
+        eval_batch=t.eval_batch_size, campaign_file=campaign_file,
+        first_seed=(list(campaign.seeds) or [0])[0],
+        attention=campaign.model.attn_implementation,
     )  # fmt: skip
 
 
@@ -162,11 +197,21 @@ def _input_of(dry: Any) -> str | None:
     return f"image {image}" if image else None
 
 
+def _length_share(dry: Any, phase: Any, mean: float | None) -> float:
+    """The data's mean length over the length `phase` was sized at (1 without data lengths):
+    hours follow the tokens a run really computes, memory the longest example."""
+    sized = phase.inputs.get("length") if phase is not None else None
+    return min(1.0, mean / sized) if mean and sized else 1.0
+
+
 def work_of(dry: Any, inputs: SheetInputs, precision: str | None = None) -> tuple[Any, Any]:
     """(WorkFlops, WorkBytes) of the campaign from one dry run of its step (L3). FLOPs are split
-    by the precision each operator computed in; a dry run without that split counts all of
-    them in `precision` (default: training.precision)."""
+    by the precision each operator computed in (a dry run without that split counts all of
+    them in `precision`, default training.precision) and scaled from the longest example to
+    the data's mean padded length (linear in tokens: attention's share makes it a slight
+    overestimate); QLoRA's dequantisation bytes are counted per pass."""
     precision = precision or inputs.precision
+    from tunepilot.sizing.throughput import method_of
     from tunepilot.sizing.timing import WorkBytes, work_flops
 
     steady, evaluation = _phase(dry, "steady step"), _phase(dry, "evaluation")
@@ -175,8 +220,11 @@ def work_of(dry: Any, inputs: SheetInputs, precision: str | None = None) -> tupl
             "dry run", "no `steady step` phase", "report this: the dry run is incomplete"
         )
     per_step = inputs.accumulation / max(1, int(steady.inputs.get("accumulation", 1)))
-    update_by = {k: v * per_step for k, v in steady.flops_by_precision(precision).items()}
-    eval_by = ({k: v * inputs.eval_batches
+    train_share = _length_share(dry, steady, getattr(dry, "mean_length", None))
+    eval_share = _length_share(dry, evaluation, getattr(dry, "mean_eval_length", None))
+    update_by = {k: v * per_step * train_share
+                 for k, v in steady.flops_by_precision(precision).items()}  # fmt: skip
+    eval_by = ({k: v * inputs.eval_batches * eval_share
                 for k, v in evaluation.flops_by_precision(precision).items()}
                if evaluation is not None else {})  # fmt: skip
     trainable = dry.trainable_params * 4 + steady.optimizer
@@ -188,55 +236,9 @@ def work_of(dry: Any, inputs: SheetInputs, precision: str | None = None) -> tupl
                    update_reads=steady.weights * passes * inputs.accumulation,
                    eval_reads=(evaluation.weights * decode * inputs.eval_batches
                                if evaluation is not None else 0))  # fmt: skip
-    return work_flops(update_by, eval_by), io
-
-
-def _fit(card: GpuCard, peak: int, context: int) -> dict[str, Any]:
-    """Verdict of a per-GPU tensor peak plus the device context on `card`, with headroom."""
-    need = peak + context
-    headroom = 1.0 - need / card.memory_bytes
-    if headroom >= MIN_HEADROOM:
-        verdict, why = "PASS", f"fits with {headroom:.0%} headroom"
-    elif headroom >= 0:
-        verdict, why = "WARN", f"fits with only {headroom:.0%} headroom"
-    else:
-        verdict, why = (
-            "FAIL",
-            f"needs {human_bytes(need)}, {human_bytes(-headroom * card.memory_bytes)} more",
-        )
-    return {"verdict": verdict, "peak_bytes": need, "headroom": round(headroom, 4), "sentence": why}
-
-
-def multi_gpu_bytes(dry: Any, gpus: int) -> tuple[int, int]:
-    """(DDP, FSDP) tensor bytes per GPU on `gpus` GPUs, arithmetic on the dry run's split at its
-    highest phase: DDP adds its gradient buckets (a flat fp32 copy of every trained weight's
-    gradient, allocated when the model is wrapped and held throughout: tunepilot keeps trained
-    weights in fp32) to a full replica; FSDP shards weights, gradients and optimizer state and
-    gathers one block's weights at a time."""
-    top = dry.peak()
-    state = top.weights + top.gradients + top.optimizer
-    block = top.weights // max(1, dry.layers)
-    buckets = 4 * dry.trainable_params
-    return top.peak + buckets, top.peak - state + math.ceil(state / gpus) + block
-
-
-def _multi_gpu(dry: Any, card: GpuCard, context: int) -> dict[str, Any] | None:
-    """DDP vs FSDP bytes per GPU on a machine of `card.gpus` cards (B3, B4)."""
-    if card.gpus < 2:
-        return None
-    ddp, fsdp = multi_gpu_bytes(dry, card.gpus)
-    return {
-        "gpus": card.gpus,
-        "ddp_per_gpu": _fit(card, ddp, context),
-        "fsdp_per_gpu": _fit(card, fsdp, context),
-        "sentence": (
-            f"DDP keeps a full replica per GPU plus its gradient buckets, an fp32 copy of "
-            f"the trained weights' gradients: {human_bytes(ddp)} per GPU; FSDP shards weights, "
-            f"gradients and optimizer state over "
-            f"{card.gpus} and gathers one block at a time: {human_bytes(fsdp)}; arithmetic on "
-            f"the dry run's {dry.peak().phase} split (B3, B4)"
-        ),
-    }
+    stored = 0.5 + 1 / 64 if steady.inputs.get("base_dtype") == "nf4" else 1.0
+    dequant = getattr(dry, "quantized_params", 0) * (stored + 2) * passes * inputs.accumulation
+    return work_flops(update_by, eval_by, method_of(dry), dequant), io
 
 
 def card_rows(
@@ -244,150 +246,145 @@ def card_rows(
     inputs: SheetInputs,
     catalog: Catalog,
     *,
-    seconds_for: Callable[[GpuCard], tuple[Any, str]],
+    seconds_for: Callable[[GpuCard, Any], tuple[Any, str]],
 ) -> dict[str, Any]:
-    """The sheet: the configured step on every card, then S3's two options, each sized apart.
+    """The sheet: the configured step on every card, then S3's options, each sized apart.
 
-    `seconds_for(card)` gives (PhaseSeconds or None, basis sentence) for the rental package.
+    `seconds_for(card, dry_run)` gives (PhaseSeconds or None, basis sentence) for the package.
     """
-    from tunepilot.sizing.rental import plan_rental
+    from tunepilot.sizing.options import checkpointing_effect, eval_batch_effect, precision_effect
+    from tunepilot.sizing.recommend import ranking_rule
 
     base = inputs.setting
     configured = runs(base)
     ckpt = {
-        on: Linear.from_runs(runs(Setting(1, on, base.base_dtype, base.precision)),
-                             runs(Setting(2, on, base.base_dtype, base.precision)))
+        on: Linear.from_runs(runs(replace(base, microbatch=1, checkpointing=on)),
+                             runs(replace(base, microbatch=2, checkpointing=on)))
         for on in (False, True)
     }  # fmt: skip
-    dtypes = {d: _peak_or_none(runs, Setting(base.microbatch, base.checkpointing, d,
-                                             base.precision)) for d in BASE_DTYPES}  # fmt: skip
+    dtypes = {d: _run_or_none(runs, replace(base, base_dtype=d)) for d in BASE_DTYPES}
     other = "bf16" if base.precision == "fp32" else "fp32"
-    alt = runs(Setting(base.microbatch, base.checkpointing, base.base_dtype, other))
-    flops, io = work_of(configured, inputs)
-    context = int(configured.cuda_context_bytes)
-    rows = []
-    top = configured.peak()
-    for card in catalog.cards:
-        budget = card.memory_bytes * (1 - MIN_HEADROOM) - context
-        seconds, basis = seconds_for(card)
-        fit = _fit(card, top.peak, context)
-        if fit["verdict"] == "FAIL":
-            seconds, basis = None, f"no hours: the configured step does not fit the {card.name}"
-        package = None
-        if seconds is not None:
-            prices = {d: card.package_price(d) for d in inputs.packages}
-            plan = plan_rental(seconds, inputs.updates_per_run, inputs.n_variants, inputs.n_seeds,
-                               inputs.evals_per_run, gpus_in_package=card.gpus,
-                               margin=inputs.margin, prices=prices,
-                               checkpoints_per_run=inputs.checkpoints_per_run,
-                               packages=inputs.packages)  # fmt: skip
-            package = {"hours": round(plan.total_hours, 2), "measured": plan.measured,
-                       "days": plan.chosen.days if plan.chosen else None,
-                       "cost": plan.chosen.cost_sentence if plan.chosen else None,
-                       "sentence": plan.sentence, "plan": plan.to_json()}  # fmt: skip
-        rows.append({
-            "card": card.name, "backend": card.backend, "gpus": card.gpus,
-            "memory_bytes": card.memory_bytes, "peak_phase": top.phase,
-            "configured": fit,
-            "largest_microbatch": {"without checkpointing": ckpt[False].largest_microbatch(budget),
-                                   "with checkpointing": ckpt[True].largest_microbatch(budget),
-                                   "blocked_by": ckpt[True].blocking(budget)},
-            "base_dtypes_that_fit": [d for d, peak in dtypes.items() if peak is not None
-                                     and _fit(card, peak, context)["verdict"] == "PASS"],
-            "multi_gpu": _multi_gpu(configured, card, context), "package": package,
-            "basis": basis,
-        })  # fmt: skip
+    alt = runs(replace(base, precision=other))
+    at_one = runs(replace(base, eval_batch=1)) if inputs.eval_batch > 1 else configured
+    flops, _ = work_of(configured, inputs)
+    rows = [_row(card, runs, inputs, ckpt, dtypes, seconds_for) for card in catalog.cards]
     return {
         "model": configured.model, "architecture": configured.architecture,
         "layers": configured.layers, "blocks_measured": list(configured.blocks_measured),
         "configured": asdict(base) | {"max_length": inputs.max_length,
                                       "accumulation": inputs.accumulation,
+                                      "eval_batch_size": inputs.eval_batch,
                                       "input": _input_of(configured)},
         "phases": [asdict(p) for p in configured.phases],
+        "peak_phase": configured.peak().phase,
         "notes": list(configured.notes),
-        "checkpointing": _option_effect(ckpt, base.microbatch, runs, base),
-        "precision": _precision_effect((configured, flops), (alt, work_of(alt, inputs, other)[0]),
-                                       base.precision, other, catalog),
-        "base_dtypes": {d: peak for d, peak in dtypes.items()},
-        "hours_basis": (
-            f"computed from the dry run's {flops.per_update:.3g} FLOPs per update "
-            f"({flops.shares()}, the precisions its operators computed in) and "
-            f"{flops.per_eval_pass:.3g} per validation pass / (each card's dense peak for each "
-            f"precision x {catalog.assumed_mfu:.0%} MFU, an ASSUMPTION until a pilot on that "
-            "card measures the step), never faster than reading the weights at the card's "
-            "datasheet memory bandwidth (each microbatch's forward and backward, each generated "
-            "token); checkpoint, resume and export from their bytes at an "
-            f"ASSUMED {catalog.assumed_disk_gb_s:g} GB/s disk"
-        ),
+        "checkpointing": checkpointing_effect(
+            runs(replace(base, checkpointing=False)), runs(replace(base, checkpointing=True)),
+            base.microbatch),
+        "eval_batch": eval_batch_effect(configured, at_one, inputs.eval_batch),
+        "precision": precision_effect((configured, flops), (alt, work_of(alt, inputs, other)[0]),
+                                      base.precision, other, catalog),
+        "base_dtypes": {d: (int(dry.peak().peak) if dry is not None else None)
+                        for d, dry in dtypes.items()},
+        "hours_basis": _hours_basis(flops, catalog),
+        "ranking": ranking_rule(),
         "dry_runs": runs.count, "rows": rows,
-        "assumptions": [f"{human_bytes(context)} per GPU for the device context, outside the "
-                        "counted tensors (the dry run's figure) until a pilot on the card "
+        "assumptions": [f"{human_bytes(int(configured.cuda_context_bytes))} per GPU for the "
+                        "device context, outside "
+                        "the counted tensors (the dry run's figure) until a pilot on the card "
                         "measures it",
                         f"{MIN_HEADROOM:.0%} of each card kept free (allocator cache, "
-                        "fragmentation)"] + inputs.assumptions,
+                        "fragmentation): a row that fits with less is WARN and gets no package"]
+                       + inputs.assumptions,
     }  # fmt: skip
 
 
-def _peak_or_none(runs: DryRuns, setting: Setting) -> int | None:
-    """A base dtype's peak, or None where the dry run refuses it (e.g. an architecture that
+def row_plan(card: GpuCard, runs: DryRuns, inputs: SheetInputs,
+             seconds_for: Callable[[GpuCard, Any], tuple[Any, str]]) -> dict[str, Any]:  # fmt: skip
+    """Everything one card's row is made from: the dry run at the settings it can run, the
+    verdict under each layout (the one `fit`), the layout shown, and its RentalPlan (None
+    unless a layout PASSes). `plan --gpu` reads the same to print the target's package."""
+    from tunepilot.sizing.machine import plan_machine
+
+    setting = inputs.on(card)
+    dry = runs(setting)
+    fits = machine_fits(card, dry)
+    passing = any(f.passes for f in fits)
+    seconds, basis = seconds_for(card, dry) if passing else (None, "")
+    prices = {d: card.package_price(d) for d in inputs.packages}
+    shown, plan, why = plan_machine(card, fits, seconds, inputs, prices)
+    if plan is not None:
+        basis = plan.basis
+    elif not basis:
+        basis = f"no hours: {shown.verdict} on the {card.name}: {shown.sentence}"
+    return {"setting": setting, "dry": dry, "fits": fits, "shown": shown, "plan": plan,
+            "why": why, "basis": basis}  # fmt: skip
+
+
+def _row(card: GpuCard, runs: DryRuns, inputs: SheetInputs, ckpt: dict[bool, Linear],
+         dtypes: dict[str, Any], seconds_for: Callable[[GpuCard, Any], tuple[Any, str]],
+         ) -> dict[str, Any]:  # fmt: skip
+    """One card's row: its verdict (the one `fit`), its layout, hours and package if PASS."""
+    made = row_plan(card, runs, inputs, seconds_for)
+    setting, dry, fits, shown, plan = (made[k] for k in ("setting", "dry", "fits", "shown",
+                                                          "plan"))  # fmt: skip
+    package = None
+    if plan is not None:
+        package = {"hours": round(plan.total_hours, 2), "measured": plan.measured,
+                   "hours_range": [round(h, 2) for h in plan.hours_range],
+                   "days": plan.chosen.days if plan.chosen else None,
+                   "cost": plan.chosen.cost_sentence if plan.chosen else None,
+                   "price": plan.chosen.price if plan.chosen else None,
+                   "sentence": plan.sentence, "plan": plan.to_json()}  # fmt: skip
+    budget = card.memory_bytes * (1 - MIN_HEADROOM) - int(dry.cuda_context_bytes)
+    same_base = setting.base_dtype == inputs.base_dtype
+    split = _phase(dry, "steady step").flops_by_precision(inputs.precision)
+    main = max(split, key=lambda k: split[k])  # the precision most of the step computes in
+    return {
+        "card": card.name, "backend": card.backend, "gpus": card.gpus, "arch": card.arch,
+        "stack": card.stack, "memory_bytes": card.memory_bytes, "base_dtype": setting.base_dtype,
+        "configured": shown.to_json(), "peak_phase": shown.phase,
+        "layouts": [f.to_json() for f in fits] if card.gpus > 1 else None,
+        "layout_choice": made["why"],
+        "largest_microbatch": {
+            "without checkpointing": ckpt[False].largest_microbatch(budget) if same_base else None,
+            "with checkpointing": ckpt[True].largest_microbatch(budget) if same_base else None,
+            "blocked_by": ckpt[True].blocking(budget) if same_base else None,
+            "sized": same_base},
+        "base_dtypes_that_fit": [d for d, other in dtypes.items() if other is not None
+                                 and fit(card, other, shown.layout).passes],
+        "machine_peak_flops": card.gpus * (card.peak_flops(main) or 0.0),
+        "package": package, "basis": made["basis"],
+    }  # fmt: skip
+
+
+def _hours_basis(flops: Any, catalog: Catalog) -> str:
+    from tunepilot.sizing.throughput import utilisation
+
+    util = utilisation(flops.method, flops.precision)
+    own = ("; your own `mfu` replaces it where the catalog sets one" if catalog.assumed_mfu
+           is None and any(c.mfu for c in catalog.cards) else "")  # fmt: skip
+    if catalog.assumed_mfu is not None:
+        said = f"your own {catalog.assumed_mfu:.0%} (catalog assumed_mfu)"
+    else:
+        said = (f"{util.expected:.0%}, range {util.low:.0%}-{util.high:.0%}, {util.basis}"
+                f"{own}")  # fmt: skip
+    return (
+        f"computed from the dry run's {flops.per_update:.3g} FLOPs per update "
+        f"({flops.shares()}, the precisions its operators computed in, at the data's mean "
+        f"length) and {flops.per_eval_pass:.3g} per validation pass / (each card's dense peak "
+        f"for each precision x the utilisation of {flops.method}: {said}); a pilot on a card "
+        "replaces it by the measured step; never faster than reading the weights at the "
+        "card's datasheet memory bandwidth (each microbatch's forward and backward, each "
+        "generated token); checkpoint, resume and export from their bytes at an ASSUMED "
+        f"{catalog.assumed_disk_gb_s:g} GB/s disk"
+    )
+
+
+def _run_or_none(runs: DryRuns, setting: Setting) -> Any | None:
+    """A base dtype's dry run, or None where the dry run refuses it (e.g. an architecture that
     bitsandbytes does not quantize); the sheet then lists the dtype as not sized."""
     try:
-        return int(runs(setting).peak().peak)
+        return runs(setting)
     except InputError:
         return None
-
-
-def _option_effect(
-    ckpt: dict[bool, Linear], microbatch: int, runs: DryRuns, base: Setting
-) -> dict[str, Any]:
-    """Activation checkpointing off and on at the configured microbatch: peak and FLOPs."""
-    out: dict[str, Any] = {}
-    for on in (False, True):
-        dry = runs(Setting(microbatch, on, base.base_dtype, base.precision))
-        steady = _phase(dry, "steady step")
-        out["on" if on else "off"] = {"peak_bytes": ckpt[on].peak(microbatch),
-                                      "steady_flops": steady.flops if steady else None}  # fmt: skip
-    off, on = out["off"], out["on"]
-    saved = off["peak_bytes"] - on["peak_bytes"]
-    extra = (on["steady_flops"] / off["steady_flops"] - 1) if off["steady_flops"] else math.nan
-    without, with_ = human_bytes(off["peak_bytes"]), human_bytes(on["peak_bytes"])
-    out["sentence"] = (
-        f"activation checkpointing at microbatch {microbatch}: peak {without} without, "
-        f"{with_} with ({human_bytes(saved)} saved); the step computes {extra:+.0%} FLOPs "
-        "(the recomputed forward), so each update takes that much longer (dry runs of both, S3)"
-    )
-    return out
-
-
-def _precision_effect(
-    configured: tuple[Any, Any], alt: tuple[Any, Any], precision: str, other: str,
-    catalog: Catalog,
-) -> dict[str, Any]:  # fmt: skip
-    """The configured precision against the other one, each a (dry run, WorkFlops): peak bytes,
-    and per card the update's time with the other over its time as configured (each
-    precision's FLOPs at that precision's dense peak; a card lacking one gives None)."""
-    from tunepilot.sizing.timing import WorkBytes, computed_seconds
-
-    none = WorkBytes(0, 0, 0)
-
-    def update_seconds(card: GpuCard, flops: Any) -> float | None:
-        found = computed_seconds(card, catalog, flops, none)
-        return found.update if found is not None else None
-
-    speed = {}
-    for c in catalog.cards:
-        mine_s, theirs_s = update_seconds(c, configured[1]), update_seconds(c, alt[1])
-        speed[c.name] = mine_s / theirs_s if mine_s and theirs_s else None
-    mine, theirs = configured[0].peak().peak, alt[0].peak().peak
-    return {
-        "configured": precision, "other": other, "peak_bytes": {precision: mine, other: theirs},
-        "peak_speedup": speed,
-        "flops_shares": {precision: configured[1].shares(), other: alt[1].shares()},
-        "sentence": (
-            f"training.precision {precision}: peak {human_bytes(mine)}, FLOPs "
-            f"{configured[1].shares()}; {other}: peak {human_bytes(theirs)}, FLOPs "
-            f"{alt[1].shares()} (dry runs of both, autocast's casts replayed); time per update "
-            f"with {other} relative to {precision}, each precision's FLOPs at its dense peak: "
-            + ", ".join(f"{k} x{1 / v:.2f}" for k, v in list(speed.items())[:3] if v) + " (S3)"
-        ),
-    }  # fmt: skip

@@ -32,26 +32,31 @@ def phases_table(phases: list[dict[str, Any]]) -> list[str]:
 def _row(r: dict[str, Any]) -> str:
     fit = r["configured"]
     big = r["largest_microbatch"]
-    shown = ["any" if v is None else str(v) for v in (big["without checkpointing"],
-                                                      big["with checkpointing"])]  # fmt: skip
-    if big.get("blocked_by"):
-        shown[-1] += f" ({big['blocked_by']} alone does not fit)"
-    multi = r.get("multi_gpu")
-    ddp_fsdp = (
-        f"DDP {_gib(multi['ddp_per_gpu']['peak_bytes'])} / FSDP "
-        f"{_gib(multi['fsdp_per_gpu']['peak_bytes'])} x {multi['gpus']}"
-        if multi else "one GPU"
-    )  # fmt: skip
+    if big.get("sized", True):
+        shown = ["any" if v is None else str(v) for v in (big["without checkpointing"],
+                                                          big["with checkpointing"])]  # fmt: skip
+        if big.get("blocked_by"):
+            shown[-1] += f" ({big['blocked_by']} alone does not fit)"
+        largest = " / ".join(shown)
+    else:
+        largest = f"n/a (sized with a {r['base_dtype']} base)"
+    layout = fit.get("layout") or "one GPU"
+    if r.get("layouts"):
+        layout += " (" + ", ".join(f"{x['layout_kind']} {x['verdict']} {_gib(x['peak_bytes'])}"
+                                   for x in r["layouts"]) + ")"  # fmt: skip
     pkg = r.get("package")
     if pkg is None:
         hours, package = "n/a", r["basis"].removeprefix("no hours: ")
     else:
-        hours = f"{pkg['hours']:.1f} ({'measured' if pkg['measured'] else 'computed'})"
+        low, high = pkg.get("hours_range") or (pkg["hours"], pkg["hours"])
+        spread = "" if pkg["measured"] else f", {low:.1f}-{high:.1f}"
+        hours = f"{pkg['hours']:.1f} ({'measured' if pkg['measured'] else 'computed'}{spread})"
         package = f"{pkg['days']} days, {pkg['cost']}" if pkg["days"] else "none fits"
     return (
         f"| {r['card']} | {fit['verdict']} {_gib(fit['peak_bytes'])} of "
-        f"{_gib(r['memory_bytes'])} | {fit['headroom']:.0%} | {' / '.join(shown)} | "
-        f"{', '.join(r['base_dtypes_that_fit']) or 'none'} | {ddp_fsdp} | {hours} | {package} |"
+        f"{_gib(r['memory_bytes'])} | {fit['headroom']:.0%} | {fit.get('phase', '')} | "
+        f"{largest} | {', '.join(r['base_dtypes_that_fit']) or 'none'} | {layout} | {hours} | "
+        f"{package} |"
     )
 
 
@@ -80,15 +85,23 @@ def sheet_markdown(sheet: dict[str, Any], recommendation: str) -> str:
         "",
         f"**Recommendation (L2):** {recommendation}.",
         "",
-        f"| card | configured step | headroom | largest microbatch at {each} "
-        "(without / with checkpointing) | base dtypes that fit with headroom | multi-GPU per "
-        "GPU | hours | package |",
-        "|---|---|---:|---|---|---|---:|---|",
+        "Each row is the one verdict (every phase per GPU with the device context, "
+        "every precision the step computes in, the headroom kept free); only a PASS row has "
+        "hours and a package. A machine of several GPUs shows each layout it can run and "
+        "plans the fastest that fits.",
+        "",
+        f"| card | verdict, per GPU | headroom | deciding phase | largest microbatch at {each} "
+        "(without / with checkpointing) | base dtypes that fit with headroom | layout | hours "
+        "(expected, range) | package |",
+        "|---|---|---:|---|---|---|---|---:|---|",
         *(_row(r) for r in sheet["rows"]),
         "",
-        "Each option sized on its own (S3):",
+        f"Ranking: {sheet.get('ranking', '')}.",
+        "",
+        "Each option sized on the phase it changes (S3, S4):",
         "",
         f"- {sheet['checkpointing']['sentence']}.",
+        f"- {sheet['eval_batch']['sentence']}.",
         f"- {sheet['precision']['sentence']}.",
         "- base dtype, peak at the configured step: "
         + ", ".join(

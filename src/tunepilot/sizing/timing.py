@@ -5,9 +5,11 @@ Two sources, never mixed within a card, and one sentence that says which:
 - **measured**: a pilot ran on this very card and its steady-step time was taken on a quiet
   machine. Its update, evaluation, checkpoint, resume and export times are used as they are.
 - **computed**: FLOPs counted on the dry run of the campaign's exact step, divided by the
-  card's public dense peak for the training precision times an assumed model FLOPs
-  utilisation (`assumed_mfu` in the catalog); checkpoint save, resume and export are I/O and
-  come from their bytes over an assumed disk speed. Both assumptions are named in the sentence.
+  card's public dense peak for each precision times the utilisation calibrated on published
+  measurements for the method (`sizing.throughput`: LoRA, QLoRA with its dequantisation, full
+  fine-tuning), with its low/expected/high range; the user's own `mfu` in the catalog replaces
+  the model. Checkpoint save, resume and export are I/O and come from their bytes over an
+  assumed disk speed. Every figure is named in the sentence.
 
 A time measured on a CPU is never used for a GPU: the two do not scale into each other by any
 factor worth trusting. A measurement taken while the machine was loaded (wall time far above
@@ -17,7 +19,7 @@ the process's CPU time, or a load average above the core count) is flagged noisy
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple
 
 from tunepilot.measure.memory import human_bytes
@@ -39,6 +41,8 @@ class WorkFlops:
     precision: str  # the precision most of the update's FLOPs run in
     update_by: dict[str, float] = field(default_factory=dict)  # per_update per precision
     eval_by: dict[str, float] = field(default_factory=dict)  # per_eval_pass per precision
+    method: str = "lora"  # "lora" | "qlora" | "full": which calibrated utilisation applies
+    dequant_bytes: float = 0.0  # bytes QLoRA's dequantisation moves per update
 
     def split(self, part: str = "update") -> dict[str, float]:
         """FLOPs per precision of one update (or one validation pass)."""
@@ -54,12 +58,14 @@ class WorkFlops:
         return ", ".join(f"{v / total:.1%} {k}" for k, v in ordered)
 
 
-def work_flops(update_by: dict[str, float], eval_by: dict[str, float]) -> WorkFlops:
+def work_flops(update_by: dict[str, float], eval_by: dict[str, float], method: str = "lora",
+               dequant_bytes: float = 0.0) -> WorkFlops:  # fmt: skip
     """WorkFlops from the FLOPs per precision of one update and one validation pass."""
     update_by = {k: float(v) for k, v in update_by.items() if v}
     eval_by = {k: float(v) for k, v in eval_by.items() if v}
     main = max(update_by, key=lambda k: update_by[k]) if update_by else "fp32"
-    return WorkFlops(sum(update_by.values()), sum(eval_by.values()), main, update_by, eval_by)
+    return WorkFlops(sum(update_by.values()), sum(eval_by.values()), main, update_by, eval_by,
+                     method, float(dequant_bytes))  # fmt: skip
 
 
 class WorkBytes(NamedTuple):
@@ -90,9 +96,17 @@ class PhaseSeconds:
     measured: bool
     basis: str
     assumptions: list[str] = field(default_factory=list)
+    spread: tuple[float, float] = (1.0, 1.0)  # (fast, slow) factors on update and eval times
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def scaled(self, factor: float) -> PhaseSeconds:
+        """The same work with the compute phases (update, validation pass, the update inside
+        resume) `factor` times as long: the ends of the utilisation range, or a layout."""
+        extra = (factor - 1.0) * self.update
+        return replace(self, update=self.update * factor, eval_pass=self.eval_pass * factor,
+                       resume=self.resume + extra)  # fmt: skip
 
 
 def noise_of(measurements: dict[str, Any]) -> str | None:
@@ -121,18 +135,26 @@ def computed_seconds(
     card: GpuCard, catalog: Catalog, flops: WorkFlops, io: WorkBytes, *, note: str = ""
 ) -> PhaseSeconds | None:
     """Seconds from FLOPs and bytes on `card`; None when the card lacks a precision the step
-    computes in. Each precision's FLOPs run at that precision's dense peak x the MFU."""
+    computes in. Each precision's FLOPs run at that precision's dense peak x the utilisation
+    (the calibrated model for the method, or the user's own `mfu`); QLoRA adds its
+    dequantisation at the card's bandwidth."""
+    from tunepilot.sizing.throughput import Utilisation, dequant_seconds, utilisation
+
     precisions = {*flops.split("update"), *flops.split("eval")}
     peaks = {p: card.peak_flops(p) for p in sorted(precisions, key=_by_size(flops))}
     if any(v is None for v in peaks.values()):
         return None
-    mfu, disk = catalog.mfu(card), catalog.assumed_disk_gb_s * 1e9
+    own = catalog.mfu(card)
+    util = (Utilisation(own, own, own, f"your own figure for the {card.name} (catalog mfu)")
+            if own is not None else utilisation(flops.method, flops.precision))  # fmt: skip
+    mfu, disk = util.expected, catalog.assumed_disk_gb_s * 1e9
 
     def seconds(split: dict[str, float]) -> float:
         return sum(n / (peaks[p] * mfu) for p, n in split.items())  # type: ignore[operator]
 
     bandwidth = card.bandwidth_gb_s * 1e9
-    compute = seconds(flops.split("update")), seconds(flops.split("eval"))
+    dequant = dequant_seconds(flops.dequant_bytes, card.bandwidth_gb_s)
+    compute = seconds(flops.split("update")) + dequant, seconds(flops.split("eval"))
     reads = io.update_reads / bandwidth, io.eval_reads / bandwidth
     update, eval_pass = max(compute[0], reads[0]), max(compute[1], reads[1])
     bound = [w for w, c, r in zip(("the update", "the validation pass"), compute, reads,
@@ -143,10 +165,18 @@ def computed_seconds(
     said = ", ".join(f"{v / 1e12:g} TFLOPS {p}" for p, v in peaks.items() if v)
     basis = (
         f"computed, not measured: {flops.per_update:.3g} FLOPs per update ({flops.shares()}) / "
-        f"(the {card.name}'s dense peak, {said}, x {mfu:.0%} MFU, an ASSUMPTION until a pilot "
-        f"on the {card.name} measures the step); checkpoint ({human_bytes(io.checkpoint)}), "
-        f"resume and export from bytes at an ASSUMED {catalog.assumed_disk_gb_s:g} GB/s disk"
+        f"(the {card.name}'s dense peak, {said}, x {mfu:.0%} utilisation for {flops.method}: "
+        f"{util.basis}; range {util.low:.0%}-{util.high:.0%}; a pilot on the {card.name} "
+        f"replaces it by the measured step)"
     )
+    if dequant:
+        from tunepilot.sizing.throughput import DEQUANT_SHARE
+
+        basis += (f"; + {dequant:.3g} s per update dequantizing the {flops.dequant_bytes / 1e9:.3g}"
+                  f" GB of quantized weights each pass moves, at {DEQUANT_SHARE:.0%} of the "
+                  f"{card.name}'s {card.bandwidth_gb_s:g} GB/s (calibrated)")  # fmt: skip
+    basis += (f"; checkpoint ({human_bytes(io.checkpoint)}), resume and export from bytes at an "
+              f"ASSUMED {catalog.assumed_disk_gb_s:g} GB/s disk")  # fmt: skip
     if io.update_reads or io.eval_reads:
         which = " and ".join(bound) + (" is" if len(bound) == 1 else " are") if bound else "none is"
         basis += (f"; never faster than reading the weights at the {card.name}'s "
@@ -154,11 +184,11 @@ def computed_seconds(
                   f"generated token): {which} memory-bound here")  # fmt: skip
     basis += f"; {note}" if note else ""
     assumptions = [
-        f"MFU {mfu:.0%} of the {card.name}'s dense peak ({card.source})",
+        f"utilisation {mfu:.0%} of the {card.name}'s dense peak ({card.source}): {util.basis}",
         f"disk {catalog.assumed_disk_gb_s:g} GB/s for checkpoints, resume and export",
     ]
     return PhaseSeconds(card.name, update, eval_pass, checkpoint, resume, export, False, basis,
-                        assumptions)  # fmt: skip
+                        assumptions, util.spread())  # fmt: skip
 
 
 def measured_seconds(

@@ -126,6 +126,29 @@ def barrier() -> None:
         dist.barrier()
 
 
+def all_reduce_value(value: float, world_size: int) -> float:
+    """`value` summed over the ranks (as float64: a target count must stay exact)."""
+    if world_size == 1:
+        return value
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return float(tensor.item())
+
+
+def all_reduce_grads(params: list[Any]) -> None:
+    """Sum gradients over replicas; the loss is already divided by the global count."""
+    import torch
+    import torch.distributed as dist
+
+    for p in params:
+        if p.grad is None:  # a rank without a share of a partial update still joins in
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+
+
 # ---------------------------------------------------------------------------------------------
 # wrapping
 # ---------------------------------------------------------------------------------------------

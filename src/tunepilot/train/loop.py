@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tunepilot.errors import input_error
+from tunepilot.measure.phase_log import PhaseLog
 from tunepilot.model.build import enable_activation_checkpointing
 from tunepilot.progress import Progress
 from tunepilot.tasks.base import Encoded
@@ -55,7 +56,7 @@ from tunepilot.train.checkpoint import (
     step_folder,
     unwrap,
 )
-from tunepilot.train.distributed import is_fully_sharded
+from tunepilot.train.distributed import all_reduce_grads, all_reduce_value, is_fully_sharded
 from tunepilot.train.optimizer import build_optimizer
 from tunepilot.train.precision import autocast_and_scaler
 from tunepilot.train.records import Records, RecordSink
@@ -104,6 +105,7 @@ def train(
     sinks: Sequence[RecordSink] = (),
     label: str = "training",
     stop: StopSignals | None = None,
+    phases: PhaseLog | None = None,
 ) -> TrainResult:
     """Train `model` in place on `train_data` under `settings` (a TrainingSettings).
 
@@ -117,7 +119,8 @@ def train(
     With world_size > 1 the process group must be initialised; a DDP-wrapped or FSDP2
     (`fully_shard`) model syncs its own gradients, a plain one is synced here. Under FSDP2
     every rank also runs `evaluate` (its forwards are collectives). Every rank joins
-    checkpoints (its generators are saved too); rank 0 writes them.
+    checkpoints (its generators are saved too); rank 0 writes them. `phases` measures this
+    rank's memory in its first and a steady update, first evaluation and checkpoint (S5).
     """
     import torch
 
@@ -130,6 +133,8 @@ def train(
     # FSDP2 (`fully_shard`) averages gradients over ranks in backward like DDP, but its state
     # is sharded: every rank joins evaluation and checkpoints (gathers), rank 0 writes (B4).
     is_fsdp = is_fully_sharded(model)
+    phases = phases or PhaseLog.off()
+    evaluate = phases.wrap("evaluation", evaluate) if evaluate is not None else None
     syncs_itself = is_ddp or is_fsdp
     joins = rank == 0 or is_fsdp
 
@@ -221,6 +226,8 @@ def train(
         schedule.saved(time.perf_counter() - tick)
         return saved
 
+    checkpoint = phases.wrap("checkpoint", checkpoint)
+
     deterministic_before = torch.are_deterministic_algorithms_enabled()
     if device.type == "cpu":  # CUDA would also need CUBLAS_WORKSPACE_CONFIG; CPU is exact
         torch.use_deterministic_algorithms(True)
@@ -232,6 +239,7 @@ def train(
         signals.__enter__()
         while done < total:
             tick = time.perf_counter()
+            phases.begin_update(done)
             batch = sampler.next_update()
             microbatches = [
                 {k: v.to(device) for k, v in collate([train_data[i] for i in ids], kind,
@@ -241,7 +249,7 @@ def train(
 
             # 1. Count the whole update's targets, on all ranks, before any forward (S2).
             mine = sum(count_targets(m, kind) for m in microbatches) if batch.microbatches else 0
-            targets = int(_all_reduce(float(mine), world_size))
+            targets = int(all_reduce_value(float(mine), world_size))
             if targets == 0:
                 raise input_error(
                     f"update {done + 1}", "no position carries loss in this update",
@@ -257,8 +265,8 @@ def train(
                 weight=1.0 if batch.microbatches else 0.0,
             )  # fmt: skip
             if world_size > 1 and not syncs_itself:
-                _all_reduce_grads(params)
-            loss = _all_reduce(float(loss_sum), world_size) / targets
+                all_reduce_grads(params)
+            loss = all_reduce_value(float(loss_sum), world_size) / targets
             if scaler is not None:
                 scaler.unscale_(optimizer)  # once per update, so clipping sees true gradients
             norm = torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm or math.inf)
@@ -300,6 +308,7 @@ def train(
             if device.type == "cuda":
                 torch.cuda.synchronize()  # the clock must see the work, not its launch
             update_seconds.append(time.perf_counter() - tick)
+            phases.end()
             record.update(seconds=round(elapsed(), 3), update_seconds=round(update_seconds[-1], 4))
             records.update(record)
             if on_update is not None:
@@ -310,19 +319,19 @@ def train(
             # automatic schedule reads the clock, so replicas decide together.
             if evaluate is not None and joins and done % settings.eval_every == 0:
                 _evaluate(model, evaluate, records, done)
-            if _all_reduce(float(schedule.due(done, update_seconds[-1])), world_size):
+            if all_reduce_value(float(schedule.due(done, update_seconds[-1])), world_size):
                 last_checkpoint = checkpoint()
 
             # 6. Stop causes that end the run after an applied update.
             # Replicas decide together, or one would wait forever in the next all-reduce.
             limit = settings.stop.wall_clock_minutes
-            if limit is not None and _all_reduce(float(elapsed() > 60 * limit), world_size):
+            if limit is not None and all_reduce_value(float(elapsed() > 60 * limit), world_size):
                 status, reason = "stopped_wall_clock", f"wall clock of {limit} min reached"
                 break
             if stop_after is not None and stop_after <= done < total:
                 status, reason = "paused", f"paused after update {done} as asked (stop_after)"
                 break
-            if _all_reduce(float(signals.received is not None), world_size) and done < total:
+            if all_reduce_value(float(signals.received is not None), world_size) and done < total:
                 status = "stopped"
                 reason = f"stopped by {signals.name or 'a signal'} after update {done}"
                 break
@@ -337,6 +346,7 @@ def train(
                 last_checkpoint = checkpoint()
         ended = status
     finally:
+        phases.close()
         signals.__exit__(None, None, None)
         bar.stop(ended)
         records.close(ended)
@@ -352,28 +362,6 @@ def train(
 # ---------------------------------------------------------------------------------------------
 # setup, replicas, files, progress
 # ---------------------------------------------------------------------------------------------
-
-
-def _all_reduce(value: float, world_size: int) -> float:
-    if world_size == 1:
-        return value
-    import torch
-    import torch.distributed as dist
-
-    tensor = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(tensor)
-    return float(tensor.item())
-
-
-def _all_reduce_grads(params: list[Any]) -> None:
-    """Sum gradients over replicas; the loss is already divided by the global count."""
-    import torch
-    import torch.distributed as dist
-
-    for p in params:
-        if p.grad is None:  # a rank without a share of a partial update still joins in
-            p.grad = torch.zeros_like(p)
-        dist.all_reduce(p.grad)
 
 
 def _evaluate(

@@ -17,7 +17,8 @@ the model on meta tensors through the code a run uses (`model.build`, `train.opt
     flow.py       the body of `tunepilot size`
 
 May import the stages below sizing (train, data, tasks, model, measure, campaign) and
-`sizing.catalog`/`sizing.phase_size`; never the sheet, the timing or the rental plan, which
-read its results (an import-linter contract in pyproject.toml). Importing this package imports
-nothing heavy.
+`sizing.catalog`/`sizing.phase_size`/`sizing.fit` (the one verdict `size --gpu` prints);
+never the sheet, the timing, the options, the machine layouts, the rental plan, the
+recommendation or the nearest-change search, which read its results (an import-linter
+contract in pyproject.toml). Importing this package imports nothing heavy.
 """

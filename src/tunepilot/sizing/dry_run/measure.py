@@ -26,6 +26,7 @@ class Measured:
     trainable: int
     total: int
     built: str  # the class the run builds (the task's head on the config's architecture)
+    quantized: int = 0  # elements of the quantized frozen weights (nf4/int8 bases)
 
 
 def build_meta_model(arch: ArchitectureConfig, shape: Shape, blocks: int) -> tuple[Any, Any]:
@@ -102,7 +103,7 @@ def measure_blocks(arch: ArchitectureConfig, shape: Shape, blocks: int) -> Measu
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return Measured(phases, trainable, total, type(base).__name__)
+    return Measured(phases, trainable, total, type(base).__name__, quant.quantized_elements)
 
 
 def make_batch(shape: Shape, batch: int, length: int, device: str = "meta",

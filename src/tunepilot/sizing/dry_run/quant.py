@@ -27,6 +27,7 @@ class QuantizedStorage:
     base_dtype: str
     sizes: dict[str, int] = field(default_factory=dict)  # parameter name -> bytes
     largest_dequantized: int = 0
+    quantized_elements: int = 0  # elements of every quantized weight (each pass dequantizes)
     notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -52,6 +53,7 @@ class QuantizedStorage:
             nbytes = n // 2 + n // 64 + 4 * n // (64 * 256) if base_dtype == "nf4" else n + 4 * rows
             out.sizes[f"{name}.weight"] = nbytes
             out.largest_dequantized = max(out.largest_dequantized, n * 2)
+            out.quantized_elements += n
         for name, param in model.named_parameters():
             if name not in out.sizes and not param.requires_grad and param.is_floating_point():
                 out.sizes[name] = param.numel() * 4

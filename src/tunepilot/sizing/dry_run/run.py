@@ -68,6 +68,10 @@ class DryRun:
     cuda_context_bytes: int = CUDA_CONTEXT  # outside the allocator: an assumption, labelled
     seconds: float = 0.0
     generated_tokens: int = 0  # new tokens evaluation generates per example (0: it does not)
+    quantized_params: int = 0  # frozen weights stored in nf4/int8 (each pass dequantizes them)
+    mean_length: float | None = None  # mean padded tokens per training example (the data's)
+    mean_eval_length: float | None = None  # mean tokens per validation example (the data's)
+    lengths_source: str | None = None  # which tokenizer measured the data; None: max_length
 
     def peak(self) -> PhaseSize:
         """The phase with the highest peak."""
@@ -143,6 +147,10 @@ def dry_run(
         seconds=round(time.monotonic() - started, 2),
         generated_tokens=campaign.training.max_new_tokens
         if shape.generates else 0,
+        quantized_params=_line(m1.quantized, m2.quantized, layers - a),
+        mean_length=shape.lengths.mean_train if shape.lengths else None,
+        mean_eval_length=shape.lengths.mean_eval if shape.lengths else None,
+        lengths_source=shape.lengths.source if shape.lengths else None,
     )
 
 

@@ -1,9 +1,16 @@
 """What a dry run sizes: the campaign's step shape, resolved once (`Shape`).
 
-The microbatch, the sequence lengths (the data's longest examples when the architecture comes
-with a tokenizer, else data.max_length), the base dtype, activation checkpointing, attention
-as the target backend runs it, the training precision, and the device sized. Every choice is
+The microbatch, the sequence lengths, the base dtype, activation checkpointing, attention as
+the target backend runs it, the training precision, and the device sized. Every choice is
 noted in a sentence, and a length beyond the model's position table is bad input.
+
+Lengths are the data's own (`Lengths`): every example encoded with the target's tokenizer
+where its config folder has one, else with the campaign's own tokenizer (the model the
+campaign file names, before a command-line `model.name_or_path=` swaps the architecture) as a
+stated proxy, else data.max_length with the caveat that everything is an upper bound. Steps
+are sized at the longest training example, evaluation at the longest validation or test
+example (S4); hours use the mean padded length a microbatch really has under the campaign's
+batching (`train.batching.UpdateSampler`, length bucketing included).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ class Shape:
     device: str
     notes: list[str] = field(default_factory=list)
     image: tuple[int, int, int] | None = None  # (channels, height, width) of an image input
+    lengths: Lengths | None = None  # the data's token lengths, when a tokenizer measured them
 
     @classmethod
     def from_campaign(
@@ -89,20 +97,22 @@ class Shape:
         length, eval_length = max_length or c.data.max_length, max_length or c.data.max_length
         if not image:
             _within_positions(arch, length, "max_length" if max_length else "data.max_length")
-        longest = None if max_length or image else data_lengths(ws, arch)
+        lengths = None if max_length or image else data_lengths(ws, arch)
         if image:
             length = eval_length = 0  # the picture's size is fixed by the processor
-        elif longest:
-            length, eval_length = longest
+        elif lengths:
+            length, eval_length = lengths.longest_train, lengths.longest_eval
             notes.append(
                 f"steps sized at {length} tokens, evaluation at {eval_length}: the longest "
-                "training and validation examples encoded with the campaign's tokenizer "
-                f"(capped at data.max_length={c.data.max_length})"
+                f"training and validation/test examples encoded with {lengths.source} "
+                f"(capped at data.max_length={c.data.max_length}); hours at the mean padded "
+                f"length of a training microbatch, {lengths.mean_train:.0f} tokens per example"
             )
         else:
             why = "asked for" if max_length else (
                 "data.max_length, the longest a microbatch can be after truncation; no "
-                "tokenizer here to measure the data's own lengths"
+                "tokenizer here to measure the data's own lengths, so memory and hours are an "
+                "UPPER BOUND"
             )  # fmt: skip
             notes.append(f"sequences sized at {length} tokens ({why}); evaluation the same")
         if c.training.precision != "fp32":
@@ -131,6 +141,7 @@ class Shape:
             device=device,
             notes=notes,
             image=image,
+            lengths=lengths,
         )
 
     def inputs(self, batch: int, length: int) -> dict[str, Any]:
@@ -146,35 +157,82 @@ class Shape:
         return out
 
 
-def data_lengths(ws: Workspace, arch: ArchitectureConfig) -> tuple[int, int] | None:
-    """(longest training, longest validation) example in tokens with the campaign's own
-    tokenizer, capped at data.max_length; None when the architecture comes without one."""
-    if arch.tokenizer_dir is None:
+@dataclass(frozen=True)
+class Lengths:
+    """The data's token lengths as the campaign encodes them (capped at data.max_length)."""
+
+    longest_train: int
+    longest_eval: int  # the longest validation or test example
+    mean_train: float  # mean padded length per example of a training microbatch
+    mean_eval: float  # mean length of a validation example
+    source: str  # which tokenizer measured them, in words
+
+
+def data_lengths(ws: Workspace, arch: ArchitectureConfig) -> Lengths | None:
+    """The data's lengths with the target's tokenizer, else the campaign's own as a proxy;
+    None when neither is there (then data.max_length is sized, an upper bound)."""
+    tokenizer_dir, source = arch.tokenizer_dir, "the target's own tokenizer"
+    if tokenizer_dir is None:
+        tokenizer_dir, name = _campaign_tokenizer(ws, arch)
+        source = f"the campaign's own tokenizer ({name}) as a PROXY for the target's"
+    if tokenizer_dir is None:
         return None
-    key = ("longest examples", arch.tokenizer_dir)
+    t = ws.campaign.training
+    key = ("lengths", str(tokenizer_dir), ws.campaign.data.max_length, t.microbatch,
+           t.bucket_by_length, t.seed)  # fmt: skip
     if key not in ws.memo:
-        ws.memo[key] = _longest_examples(ws, arch.tokenizer_dir)
+        ws.memo[key] = _measured_lengths(ws, tokenizer_dir, source)
     return ws.memo[key]
 
 
-def _longest_examples(ws: Workspace, tokenizer_dir: Any) -> tuple[int, int] | None:
+def _campaign_tokenizer(ws: Workspace, arch: ArchitectureConfig) -> tuple[Any, str]:
+    """(folder, name) of the tokenizer of the model the campaign file itself names, when a
+    command-line override swapped the architecture for one without a tokenizer."""
+    from tunepilot.campaign import load_campaign
+    from tunepilot.errors import InputError
+    from tunepilot.sizing.dry_run.config import architecture_config
+
+    kept = [o for o in ws.overrides if not o.startswith("model.name_or_path=")]
+    if len(kept) == len(ws.overrides):
+        return None, ""
+    try:
+        own = load_campaign(ws.campaign_file, kept).model
+        found = architecture_config(own, ws.root)
+    except InputError:
+        return None, ""
+    if found.tokenizer_dir is None or found.path == arch.path:
+        return None, ""
+    return found.tokenizer_dir, own.name_or_path
+
+
+def _measured_lengths(ws: Workspace, tokenizer_dir: Any, source: str) -> Lengths | None:
     from tunepilot.model.base import ModelSource
     from tunepilot.model.processors import load_tokenizer
     from tunepilot.tasks import make_encoder
+    from tunepilot.train.batching import UpdateSampler
 
-    source = ModelSource(tokenizer_dir, str(tokenizer_dir), None, None, {}, "local")
-    tokenizer = load_tokenizer(source, ws.campaign.model.trust_remote_code)
+    src = ModelSource(tokenizer_dir, str(tokenizer_dir), None, None, {}, "local")
+    tokenizer = load_tokenizer(src, ws.campaign.model.trust_remote_code)
     prepared = ws.preview
     encoder = make_encoder(ws.campaign, tokenizer, prepared.label_names, ws.root)
 
-    def longest(split: str) -> int:
-        return max((len(encoder.encode(e).input_ids) for e in prepared.splits.get(split, [])),
-                   default=0)  # fmt: skip
+    def lengths(split: str) -> list[int]:
+        return [len(encoder.encode(e).input_ids) for e in prepared.splits.get(split, [])]
 
-    train, validation = longest("train"), longest("validation")
+    train, validation, test = lengths("train"), lengths("validation"), lengths("test")
     if not train:
         return None
-    return train, validation or train
+    t = ws.campaign.training
+    sampler = UpdateSampler(train, t.microbatch, 1, seed=t.seed, drop_last=t.drop_last,
+                            bucket_by_length=t.bucket_by_length)  # fmt: skip
+    batches = [mb for i in range(sampler.plan.updates_per_epoch)
+               for mb in sampler.global_update(0, i)]  # the first epoch as training batches it
+    padded = sum(len(mb) * max(train[i] for i in mb) for mb in batches)
+    examples = sum(len(mb) for mb in batches)
+    mean = padded / examples if examples else max(train)  # no full microbatch: the longest
+    evaluated = validation or train
+    return Lengths(max(train), max([*evaluated, *test]), mean, sum(evaluated) / len(evaluated),
+                   source)  # fmt: skip
 
 
 def _within_positions(arch: ArchitectureConfig, length: int, key: str) -> None:

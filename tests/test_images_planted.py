@@ -1,4 +1,4 @@
-"""Issue 13 review: image campaigns checked on datasets built here with Pillow, not the demo's.
+"""Image campaigns checked on datasets built here with Pillow, not the demo's (D1, D2, D3, S1, L5).
 
 Each planted problem is one a real folder has: a class saved as PNG while the others are
 JPEG, a class scanned in greyscale, a copy mirrored or re-encoded at another JPEG quality in
@@ -115,7 +115,7 @@ IMAGE_CHECKS = ("unusable image files", "file format vs extension", "exact dupli
                 "image properties per class", "class identified by a file property")  # fmt: skip
 
 
-def test_issue13_3_clean_varied_photos_pass_even_two_same_layouts_in_other_colours(
+def test_d2_clean_varied_photos_pass_even_two_same_layouts_in_other_colours(
     tmp_path: Path, vit: Path
 ) -> None:
     """No false positive: the same layout and noise on a yellow and on a pink background
@@ -139,7 +139,7 @@ def test_issue13_3_clean_varied_photos_pass_even_two_same_layouts_in_other_colou
     ],
     ids=["one-class-png", "one-class-greyscale"],
 )  # fmt: skip
-def test_issue13_3_a_class_stored_in_its_own_format_or_mode_fails_naming_files_and_fix(
+def test_d3_a_class_stored_in_its_own_format_or_mode_fails_naming_files_and_fix(
     tmp_path: Path, vit: Path, plant: Plant, expected: str
 ) -> None:
     write_shapes(tmp_path, vit, plant)
@@ -150,7 +150,7 @@ def test_issue13_3_a_class_stored_in_its_own_format_or_mode_fails_naming_files_a
     assert "collect or convert every class the same way" in finding.sentence
 
 
-def test_issue13_3_mirrored_and_reencoded_copies_across_splits_fail_a_pair_in_one_split_not(
+def test_d2_mirrored_and_reencoded_copies_across_splits_fail_a_pair_in_one_split_not(
     tmp_path: Path, vit: Path
 ) -> None:
     from PIL import Image, ImageOps
@@ -205,7 +205,7 @@ def _save_with_exif(folder: Path) -> None:
             image.save(path, quality=90, exif=exif)
 
 
-def test_issue13_3_exif_applied_in_one_split_and_not_another_fails_per_split(
+def test_d3_exif_applied_in_one_split_and_not_another_fails_per_split(
     tmp_path: Path, vit: Path
 ) -> None:
     stripped, rotated = tmp_path / "stripped", tmp_path / "rotated"
@@ -232,7 +232,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, env=env, timeout=300, check=False)  # fmt: skip
 
 
-def test_issue13_done4_table_paths_out_of_the_data_or_missing_are_exit_2_naming_the_row(
+def test_d1_table_paths_out_of_the_data_or_missing_are_exit_2_naming_the_row(
     tmp_path: Path, vit: Path
 ) -> None:
     written = write_shapes(tmp_path / "c", vit)
@@ -258,7 +258,7 @@ def test_issue13_done4_table_paths_out_of_the_data_or_missing_are_exit_2_naming_
     assert "keep the images under either folder" in err
 
 
-def test_issue13_2_contact_sheet_shows_the_model_input_through_the_processors_own_numbers(
+def test_d3_contact_sheet_shows_the_model_input_through_the_processors_own_numbers(
     tmp_path: Path,
 ) -> None:
     """Each processor cell maps the tensor back with the processor's own rescale factor, mean
@@ -298,7 +298,7 @@ def test_issue13_2_contact_sheet_shows_the_model_input_through_the_processors_ow
     assert plain.stages(example)[0].name == "decoded (EXIF not applied, RGB)"
 
 
-def test_issue13_4_dry_run_sizes_an_image_campaign_as_its_step_measures(
+def test_s1_dry_run_sizes_an_image_campaign_as_its_step_measures(
     tmp_path: Path, vit: Path
 ) -> None:
     """`tunepilot size` on an image campaign: pixel batches of the processor's size; the
@@ -320,7 +320,7 @@ def test_issue13_4_dry_run_sizes_an_image_campaign_as_its_step_measures(
 
 
 @pytest.mark.slow
-def test_issue13_5_the_image_demo_runs_every_step_of_the_chain(tmp_path: Path) -> None:
+def test_l5_the_image_demo_runs_every_step_of_the_chain(tmp_path: Path) -> None:
     """`tunepilot demo --task image --quick`: its plan step used to exit 2 (the dry run sized
     text only), which ended the demo before the sweep. Every step now runs; exit 1 only for
     the planted FAILs, which the summary names."""
@@ -338,7 +338,7 @@ def test_issue13_5_the_image_demo_runs_every_step_of_the_chain(tmp_path: Path) -
     assert html.count('<img src="data:image/png;base64,') >= 2  # contact sheet, pairs
 
 
-def test_issue13_2_showing_another_split_leaves_the_reports_training_sheet_alone(
+def test_d3_showing_another_split_leaves_the_reports_training_sheet_alone(
     tmp_path: Path, vit: Path
 ) -> None:
     from tunepilot.data.images.show import show_images
