@@ -1,10 +1,10 @@
 """Variants against their control, over every seed, ending in a decision (V2, V3, V5-V7, H2).
 
-Read from the ledger and each run's own config.resolved.yaml and env.json: per variant its
-runs by seed, the final validation evaluation of each completed run, mean and standard
-deviation of the headline metrics over *all* seeds (V6),
-a paired bootstrap confidence interval of the difference to the control on per-example
-predictions, per-class (per-field) deltas, and the guards vs the baseline and the control (H2).
+Read from the ledger (and each run's config.resolved.yaml and env.json): per variant its runs
+by seed, the final validation evaluation of each completed run, mean and standard deviation of
+the headline metrics over *all* seeds (V6), a paired bootstrap confidence interval of the
+difference to the control on per-example predictions, per-class (per-field) deltas, and the
+guards vs the baseline and the control (H2).
 Runs that diverged, were interrupted, failed or are invalid keep their line and reason (V3); a
 run evaluated under another eval config or data version, trained with other settings than its
 variant has in the campaign, or on another backend than the control's, is not compared, and
@@ -63,9 +63,7 @@ class RunLine:
     reason: str = ""
     excluded: str | None = None
     retry_of: str | None = None
-    # what it ran as: its trained settings (seed left out) and its backend (B1)
-    config_key: str | None = None
-    backend: str | None = None
+    backend: str | None = None  # what it ran on (B1): set by eligibility.exclude_unpoolable
     # the evidence it contributes: its final validation evaluation
     evaluation_id: int | None = None
     eval_config_hash: str | None = None
@@ -179,14 +177,7 @@ def compare_ledger(
 
 
 def _line(ledger: Any, r: Any) -> RunLine:
-    from tunepilot.experiments.eligibility import read_resolved, settings_key
-    from tunepilot.measure.env import backend_of, read_env
-
     line = RunLine(r.id, r.variant, r.seed, r.status, r.reason or "", retry_of=r.retry_of)
-    folder = ledger.run_folder(r)
-    resolved = read_resolved(folder)
-    line.config_key = settings_key(resolved) if resolved is not None else None
-    line.backend = backend_of(read_env(folder))
     if r.status != "completed":
         line.excluded = f"{r.status}: {r.reason}" if r.reason else r.status
         return line

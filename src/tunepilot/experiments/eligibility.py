@@ -150,9 +150,12 @@ def exclude_unpoolable(variants: list[Any], campaign: Any, ledger: Any) -> list[
     library or card is another measurement). Returns notes on what could not be checked."""
     from tunepilot.campaign.variants import variant_campaign
     from tunepilot.errors import InputError
+    from tunepilot.measure.env import backend_of, read_env
 
     unknown = []
     for v in variants:
+        for x in v.runs:
+            x.backend = backend_of(read_env(ledger.run_folder(x.run_id)))
         try:
             expected = variant_campaign(campaign, v.name).model_dump(mode="json")
         except InputError:
