@@ -25,6 +25,8 @@ def test_l5_quick_demo_runs_the_whole_chain_and_delivers(tmp_path: Path, task: s
         assert step in out, step
     summary = out[out.index("summary"):]
     assert "5. dossier:" in summary and "decision:" in summary
+    assert "run 1 of " in out  # the sweep says which run it is on, and of how many
+    assert "run 1 of " in result.stderr.split("training control-s0-1")[0].splitlines()[-1]
     assert (folder / "report" / "index.html").is_file()
     gates = json.loads(next((folder / "pilots").glob("*/gates.json")).read_text())
     assert len(gates["rows"]) == 13
@@ -67,3 +69,41 @@ def test_demo_a_step_with_nothing_to_work_on_is_not_counted_as_passed():
     for name, code in (("audit", 0), ("sweep", 1), ("compare", 2), ("report", 0)):
         log.run(name, lambda code=code: code)
     assert log.failed() == ["sweep", "compare"]
+
+
+def _demo(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tunepilot.cli", "demo", str(folder), *args],
+                          capture_output=True, text=True, timeout=3600)  # fmt: skip
+
+
+def _delivered_and_verified(folder: Path, result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-2000:])
+    summary = result.stdout[result.stdout.index("summary"):]
+    assert "every step passed" in summary
+    (record,) = (folder / "exports").glob("*.verification.json")
+    assert json.loads(record.read_text())["verdict"] == "PASS"
+    return summary
+
+
+@pytest.mark.slow
+def test_l5_image_demo_fails_the_planted_audit_fixes_it_and_delivers(tmp_path: Path):
+    """The planted folder's audit must FAIL; the fixed export passes and the chain delivers."""
+    folder = tmp_path / "digits"
+    result = _demo(folder, "--task", "image", "--quick")
+    _delivered_and_verified(folder, result)
+    out = result.stdout
+    planted = out[out.index("data audit of the planted problems"):out.index("fix what the")]
+    assert "FAIL" in planted and "wrote" in out and (folder / "data" / "digits-fixed").is_dir()
+    assert "data.file now points there" in out
+    assert "file: data/digits-fixed" in (folder / "campaign.yaml").read_text()
+
+
+@pytest.mark.slow
+def test_h2_l5_extraction_demo_answers_in_valid_json_and_delivers(tmp_path: Path):
+    """The full extraction demo, as `tunepilot demo DIR --task extraction` runs it: its JSON
+    guards pass (H2) and it delivers a bundle that verifies (L5)."""
+    folder = tmp_path / "fields"
+    _delivered_and_verified(folder, _demo(folder, "--task", "extraction"))
+    (bundle,) = [p for p in (folder / "exports").iterdir() if p.is_dir()]
+    metrics = json.loads((bundle / "metrics.json").read_text())["metrics"]
+    assert metrics["json_validity"] >= 0.95 and metrics["schema_validity"] >= 0.9

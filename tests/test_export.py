@@ -286,6 +286,38 @@ def test_r2_controls_are_chosen_deterministically_across_labels() -> None:
     assert len(first) == 8 and sum(e.label == "b" for e in first) == 4
 
 
+def test_r3_every_bundle_file_has_a_plain_files_mode(classification_export) -> None:
+    """safetensors writes 0600; a bundle handed to a colleague is readable like its README."""
+    import os
+
+    _, _, bundle = classification_export
+    mask = os.umask(0)
+    os.umask(mask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in bundle.rglob("*") if p.is_file()}
+    assert "adapter_model.safetensors" in modes
+    assert set(modes.values()) == {0o666 & ~mask}, modes
+
+
+def test_r3_export_out_is_inside_the_campaign_and_the_dossier_lists_it(
+    classification_export, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunepilot.deliver.flow import export_command
+    from tunepilot.report.collect import collect
+
+    ws, run_id, _ = classification_export
+    monkeypatch.chdir(tmp_path)  # the shell's folder is not where a relative --out lands
+    assert export_command(ws, run_id, Path("handover/bundle"), as_json=True) in (0, 1)
+    assert (ws.root / "handover" / "bundle" / "MANIFEST.json").is_file()
+    assert not (tmp_path / "handover").exists()
+    elsewhere = tmp_path / "outside-bundle"
+    assert export_command(ws, run_id, elsewhere, as_json=True) in (0, 1)
+    listed = {x["folder"]: x for x in collect(ws)["exports"]}
+    inside = listed[str((ws.root / "handover" / "bundle").resolve())]
+    assert inside["n_files"] > 0 and inside["pin"] and inside["run_id"] == run_id
+    outside = listed[str(elsewhere.resolve())]
+    assert outside["outside"] and outside["pin"] and outside["n_files"] == 0  # never read
+
+
 def test_s4_s5_a_run_records_its_memory_in_every_phase_with_the_pilots_probe(
     classification_export,
 ) -> None:

@@ -91,6 +91,15 @@ special_tokens:
 """
 
 
+def _load_stated(path: Path):
+    """The converted campaign once its user has stated the behaviour (the placeholder is
+    refused by `validate` until then)."""
+    from tunepilot.campaign.hypothesis import PLACEHOLDER_BEHAVIOUR
+
+    path.write_text(path.read_text().replace(PLACEHOLDER_BEHAVIOUR, "Answer in the house style"))
+    return load_campaign(path)
+
+
 def init(directory: Path, source: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tunepilot.cli", "init", str(directory), "--from-axolotl",
@@ -102,7 +111,7 @@ def test_p1_axolotl_lora_config_converts_its_keys_and_lists_the_rest(tmp_path: P
     source.write_text(AXOLOTL_LORA, encoding="utf-8")
     done = init(tmp_path / "support", source)
     assert done.returncode == 0, done.stderr
-    c = load_campaign(tmp_path / "support" / "campaign.yaml")
+    c = _load_stated(tmp_path / "support" / "campaign.yaml")
     assert (c.model.name_or_path, c.model.method) == ("NousResearch/Llama-3.2-1B", "lora")
     assert c.model.revision == "4e20de362430cd3b72f300e6b0f18e50e7166e08"
     assert (c.model.lora.r, c.model.lora.alpha, c.model.lora.dropout) == (16, 32, 0.05)
@@ -160,7 +169,7 @@ def test_p1_qlora_becomes_lora_on_a_4_bit_base_and_max_steps_wins_over_epochs() 
               "num_epochs": 3, "max_steps": 200, "datasets": [{"path": "d.jsonl",
               "type": "sharegpt"}], "lr_scheduler": "one_cycle"}  # fmt: skip
     out = convert(config, "q")
-    c = validate_mapping(out.campaign)
+    c = validate_mapping(out.stated())
     assert (c.model.method, c.model.base_dtype) == ("lora", "nf4")
     assert (c.training.budget.updates, c.training.budget.epochs) == (200, None)
     assert c.data.chat is not None and c.data.chat.field_messages == "conversations"
@@ -224,7 +233,7 @@ def test_p2_qlora_on_every_linear_layer_keeps_its_targets_and_names_what_it_lack
     from tunepilot.campaign.axolotl import convert
 
     out = convert(yaml.safe_load(AXOLOTL_QLORA), "q")
-    c = validate_mapping(out.campaign)
+    c = validate_mapping(out.stated())
     assert (c.model.method, c.model.base_dtype) == ("lora", "nf4")
     assert c.model.lora.target_modules == ["all-linear"]  # not the q_proj/v_proj default
     listed = "\n".join(out.unknown)
@@ -241,7 +250,7 @@ def test_p1_full_fine_tune_on_a_sliced_hub_chat_dataset_lists_every_difference(
     source.write_text(AXOLOTL_FFT, encoding="utf-8")
     done = init(tmp_path / "fft", source)
     assert done.returncode == 0, done.stderr  # a share-of-steps eval_steps is listed, not fatal
-    c = load_campaign(tmp_path / "fft" / "campaign.yaml")
+    c = _load_stated(tmp_path / "fft" / "campaign.yaml")
     assert c.model.method == "full" and c.training.lr == 2e-5  # YAML 1.1 reads 2e-5 as text
     assert c.training.checkpoint_every == 100 and c.training.eval_every != 0.05
     assert c.data.chat is not None

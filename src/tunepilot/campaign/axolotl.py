@@ -18,7 +18,9 @@ from typing import Any
 
 import yaml
 
+from tunepilot.campaign.axolotl_defaults import apply_axolotl_defaults, seed_runs
 from tunepilot.campaign.checks import hub_id_form
+from tunepilot.campaign.hypothesis import PLACEHOLDER_BEHAVIOUR
 from tunepilot.campaign.loading import read_yaml
 from tunepilot.errors import InputError, Problem, input_error
 
@@ -34,6 +36,7 @@ DIRECT = {
     "lora_modules_to_save": "model.lora.modules_to_save",
     "sequence_len": "data.max_length",
     "micro_batch_size": "training.microbatch",
+    "eval_batch_size": "training.eval_batch_size",
     "gradient_accumulation_steps": "training.accumulation",
     "learning_rate": "training.lr",
     "warmup_steps": "training.warmup_updates",
@@ -41,7 +44,6 @@ DIRECT = {
     "max_grad_norm": "training.max_grad_norm",
     "gradient_checkpointing": "training.activation_checkpointing",
     "save_total_limit": "training.keep_last_checkpoints",
-    "seed": "training.seed",
     "num_epochs": "training.budget.epochs",
     "max_steps": "training.budget.updates",
 }
@@ -58,7 +60,6 @@ NOT_CARRIED = {
     "peft_use_rslora": "the adapter is plain LoRA (alpha / r scaling)",
     "deepspeed": "several GPUs run DDP or FSDP (training.distributed)",
     "fsdp": "several GPUs run DDP or FSDP (training.distributed)",
-    "warmup_ratio": "set training.warmup_updates to that share of the updates",
     "lora_model_dir": "a campaign starts every run from the base",
 }
 SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant"}
@@ -75,6 +76,12 @@ class Conversion:
     campaign: dict[str, Any] = field(default_factory=dict)
     origin: dict[str, str] = field(default_factory=dict)  # dotted key -> axolotl key
     unknown: list[str] = field(default_factory=list)  # "key: why" lines
+
+    def stated(self, behaviour: str = "stated by the user") -> dict[str, Any]:
+        """The campaign once its user has stated the behaviour: what must load (the placeholder
+        itself is refused until it is replaced, H1)."""
+        return {**self.campaign, "hypothesis": {**self.campaign["hypothesis"],
+                                                "behaviour": behaviour}}  # fmt: skip
 
     def put(self, dotted: str, value: Any, origin: str) -> None:
         node = self.campaign
@@ -103,7 +110,7 @@ def convert(config: dict[str, Any], name: str) -> Conversion:
     """Map the keys this tool knows; list the rest with the reason they were not carried."""
     out = Conversion()
     out.put("name", name, "the folder name")
-    out.put("hypothesis", {"behaviour": "STATE THE BEHAVIOUR TO IMPROVE (H1)", "task": "format"},
+    out.put("hypothesis", {"behaviour": PLACEHOLDER_BEHAVIOUR, "task": "format"},
             "not in Axolotl: state it (H1, H2)")  # fmt: skip
     handlers: dict[str, Callable[[Any], None]] = {
         "adapter": lambda v: _adapter(out, v),
@@ -124,6 +131,9 @@ def convert(config: dict[str, Any], name: str) -> Conversion:
         "lora_target_linear": lambda v: _target_linear(out, v, config),
         "eval_steps": lambda v: _steps(out, "eval_steps", "training.eval_every", v),
         "save_steps": lambda v: _steps(out, "save_steps", "training.checkpoint_every", v),
+        "seed": lambda v: seed_runs(out, v, "axolotl `seed`"),
+        "warmup_ratio": lambda v: None,  # with the defaults: a share of max_steps
+        "wandb_project": lambda v: _wandb(out, v),
     }
     for key, value in config.items():
         if key in DIRECT:
@@ -138,6 +148,7 @@ def convert(config: dict[str, Any], name: str) -> Conversion:
             out.unknown.append(f"{key}: {shown} ({why})")
     if "adapter" not in config:
         _adapter(out, None)
+    apply_axolotl_defaults(out, config)
     if "training.budget.updates" in out.origin and "training.budget.epochs" in out.origin:
         del out.campaign["training"]["budget"]["epochs"]
         del out.origin["training.budget.epochs"]
@@ -152,6 +163,14 @@ def convert(config: dict[str, Any], name: str) -> Conversion:
     if "data.chat" not in out.origin:
         out.campaign["data"].setdefault("fields", {"text": "text", "target": "answer"})
     return out
+
+
+def _wandb(out: Conversion, value: Any) -> None:
+    """A W&B project in Axolotl: the campaign copies its runs to W&B too (the project is the
+    campaign's name; WANDB_PROJECT picks another)."""
+    if value:
+        out.put("tracking", ["wandb"],
+                f"axolotl `wandb_project: {value}` (export WANDB_PROJECT={value} to log there)")
 
 
 def _adapter(out: Conversion, value: Any) -> None:
@@ -325,12 +344,11 @@ def write_from_axolotl(
     from tunepilot.campaign.loading import validate_mapping
 
     config = read_axolotl(source)
-    name = (
-        re.sub(r"[^A-Za-z0-9._-]+", "-", Path(directory).resolve().name).strip("-.") or "campaign"
-    )
-    conversion = convert(config, name)
-    try:
-        validate_mapping(conversion.campaign, source="converted campaign")
+    from tunepilot.campaign.templates import campaign_name_for
+
+    conversion = convert(config, campaign_name_for(directory))
+    try:  # everything but the placeholder (which `validate` refuses until it is stated)
+        validate_mapping(conversion.stated(), source="converted campaign")
     except InputError as err:
         problems = []
         for p in err.problems:

@@ -65,6 +65,12 @@ def check_campaign(campaign: Campaign, root: Path) -> list[Problem]:
                                 "weights (P4)"))
     if looks_local and (local / "config.json").is_file():
         problems += _beyond_positions(campaign, local / "config.json")
+    spec = campaign.data.dataset
+    if spec is not None and not spec.revision and hub_id_form(spec.name) and not (
+            root / spec.name).expanduser().is_dir():  # fmt: skip
+        problems.append(Problem("data.dataset.revision", f"Hub dataset `{spec.name}` without "
+                                "a revision", "pin the dataset repository's commit so every "
+                                "run sees the same rows (D1)"))  # fmt: skip
     problems += _repeated_split_files(campaign, root)
     problems += check_variants(campaign)
     return problems

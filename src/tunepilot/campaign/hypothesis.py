@@ -39,6 +39,10 @@ class ExtractionGuards(Strict):
     required_field_presence_min: float = Field(default=0.9, ge=0, le=1)
 
 
+PLACEHOLDER_BEHAVIOUR = "STATE THE BEHAVIOUR TO IMPROVE (H1)"
+"""What `init --from-axolotl` writes where the behaviour goes: Axolotl has no hypothesis."""
+
+
 class Hypothesis(Strict):
     """The behaviour to improve, stated before any compute is spent (H1)."""
 
@@ -54,6 +58,15 @@ class Hypothesis(Strict):
         description="Extraction: a JSON Schema the answer must match (draft from `$schema`, "
         "2020-12 when absent).",
     )
+
+    @field_validator("behaviour")
+    @classmethod
+    def _stated(cls, behaviour: str) -> str:
+        if behaviour.strip() == PLACEHOLDER_BEHAVIOUR:
+            raise ValueError("the converter's placeholder, not a hypothesis: write the behaviour "
+                             "to improve in your words, e.g. \"Route each support message to the "
+                             "right queue\" (H1)")  # fmt: skip
+        return behaviour
 
     @field_validator("target_schema")
     @classmethod

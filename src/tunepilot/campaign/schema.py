@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from tunepilot.campaign.audit_settings import AuditSettings
 from tunepilot.campaign.bounds import Name, Seed, Seeds, Strict
 from tunepilot.campaign.card_settings import CardSettings
 from tunepilot.campaign.chat import ChatSettings
@@ -144,25 +145,25 @@ class SplitPolicy(Strict):
         return self
 
 
-class AuditSettings(Strict):
-    near_duplicate_threshold: float = Field(default=0.8, gt=0, le=1)
-    shingle_size: int = Field(default=3, ge=1, description="Words per shingle for MinHash.")
-    truncation_warn_share: float = Field(default=0.02, ge=0, le=1)
-    imbalance_warn_ratio: float = Field(
-        default=20.0, ge=1, description="WARN when the largest class exceeds the smallest by this."
-    )
-    target_leak_share: float = Field(
-        default=0.1, ge=0, le=1,
-        description="FAIL when more than this share of a split's rows carry their answer in "
-        "the input (the class name in the text, the answer in the prompt or an earlier turn); "
-        "raise it for a task whose answer rewrites the input.",
-    )  # fmt: skip
+class DatasetSource(Strict):
+    """A dataset read the Hub's way, through `datasets.load_dataset` and its cache (D1)."""
+
+    name: str = Field(min_length=1, max_length=300, description="A Hub dataset id "
+                      "(`org/name`) or a local dataset folder (relative to the campaign).")
+    revision: str | None = Field(default=None, max_length=200, description="The dataset "
+                                 "repository's commit; required for a Hub id.")
+    config: str | None = Field(default=None, max_length=200, description="Its configuration.")
+    split: str = Field(default="train", min_length=1, max_length=200, description="A `datasets`"
+                       " split, e.g. `train` or `train[:90%]`; split.policy splits it further.")
 
 
 class DataSettings(Strict):
     """Where the examples are and how they become model inputs (D1-D8)."""
 
     file: str | None = Field(default=None, description="One file, split by `split.policy`.")
+    dataset: DatasetSource | None = Field(
+        default=None, description="A Hub dataset (or local dataset folder) instead of a file."
+    )
     files: dict[Literal["train", "validation", "test"], str] | None = Field(
         default=None, description="Your own split files (sets split.policy to files)."
     )
@@ -203,15 +204,16 @@ class DataSettings(Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> DataSettings:
-        if (self.file is None) == (self.files is None):
-            raise ValueError("give exactly one of `data.file` or `data.files`")
+        if sum(x is not None for x in (self.file, self.files, self.dataset)) != 1:
+            raise ValueError("give exactly one of `data.file`, `data.files` or `data.dataset`")
         if self.files is not None:
             if "train" not in self.files:
                 raise ValueError("`data.files` needs a `train` entry")
             if self.split.policy != "files":
                 self.split.policy = "files"
-        if self.file is not None and self.split.policy == "files":
-            raise ValueError("split.policy `files` needs `data.files`, not `data.file`")
+        if self.files is None and self.split.policy == "files":
+            raise ValueError("split.policy `files` needs `data.files`, not `data.file` or "
+                             "`data.dataset`")
         if self.split.policy == "group" and not self.fields.group:
             raise ValueError("split.policy `group` needs `data.fields.group`")
         if self.split.policy == "time" and not self.fields.time:
@@ -342,10 +344,11 @@ class Campaign(Strict):
     seeds: Seeds = Field(default_factory=lambda: [0], description="Every variant runs each seed.")
     test_policy: TestPolicy = Field(default_factory=TestPolicy)
     rental: Rental = Field(default_factory=Rental)
-    tracking: list[Literal["tensorboard", "mlflow"]] = Field(
+    tracking: list[Literal["tensorboard", "mlflow", "wandb"]] = Field(
         default_factory=list,
         description="Trackers that also receive every run's curve and evaluations "
-        "(under <campaign>/tracking/); the ledger stays the source of truth.",
+        "(under <campaign>/tracking/; wandb: offline there unless WANDB_API_KEY is set); the "
+        "ledger stays the source of truth.",
     )
     card: CardSettings = Field(
         default_factory=CardSettings,

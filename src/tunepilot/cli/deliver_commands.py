@@ -18,7 +18,9 @@ from tunepilot.cli.app import CampaignArgs, JsonFlag, app, open_workspace, run_b
 def export(
     run_id: Annotated[str, typer.Argument(help="A completed run, e.g. lr-2e-4-s0-1.")],
     args: CampaignArgs = None,
-    out: Annotated[Path | None, typer.Option(help="Bundle folder (default exports/RUN).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Bundle folder (default exports/RUN); a relative path is inside the campaign."
+    )] = None,
     merge: Annotated[
         bool, typer.Option("--merge", help="Also write the adapter merged into its base "
                            "(merged/, safetensors, the base's dtype).")
@@ -102,7 +104,13 @@ def demo(
 ) -> None:
     """Generate the demo ticket data and campaign, then run the whole chain on embedded
     defaults: audit, baseline, pilot, plan, the learning-rate sweep, compare, export, verify
-    and the HTML report.
+    and the HTML report. Each demo ends with a verified bundle and exits 0, or says which
+    step failed and exits 1.
+
+    Times on a quiet 2-core machine: --quick took 22 s; the full classification demo (6 MiniLM
+    runs of 120 updates of 8 tickets) is sized for under 10 minutes. `python
+    benchmarks/bench_demo_time.py` measures every demo (wall, CPU, outcome) on yours; the
+    progress line says which run of the sweep is training ("run 2 of 6").
 
     Examples:
 

@@ -60,6 +60,15 @@ def plan(
     gpu: Gpu = None,
     catalog: Catalog = None,
     as_json: JsonFlag = False,
+    emit: Annotated[
+        str | None,
+        typer.Option("--emit", help="Also write a launcher's job file: skypilot "
+                     "(launch/skypilot.yaml; run it with `sky jobs launch`)."),
+    ] = None,
+    nodes: Annotated[
+        int, typer.Option("--nodes", min=1, max=1024, help="Machines for the emitted job "
+                          "(torchrun over all of them).")
+    ] = 1,
 ) -> None:
     """The per-card sheet (L1) and the 3/7/30-day rental plan (L3), without a GPU: dry runs of
     the campaign's exact step judged on every catalog machine by one verdict (every phase,
@@ -72,15 +81,22 @@ def plan(
     Exit 1 when the card planned for does not PASS: the nearest change that makes it fit is
     printed instead, each candidate a dry run actually executed.
 
+    `--emit skypilot` writes launch/skypilot.yaml: the chosen card, tunepilot's install, and
+    the package's phases in order (re-pilot on the card, baseline, runs, compare, export,
+    verify), with the campaign folder on a bucket so a preempted job resumes.
+
     Examples:
 
       tunepilot plan campaign.yaml --gpu "H100 80GB" --catalog my-prices.yaml
 
       tunepilot plan campaign.yaml model.name_or_path=llama-3-70b-config --gpu "8x A100 80GB"
+
+      tunepilot plan campaign.yaml --gpu "8x H100 80GB" --emit skypilot --nodes 2
     """
     from tunepilot.pilot.plan import run_plan
 
-    run_body(lambda: run_plan(open_workspace(args), gpu=gpu, as_json=as_json, catalog=catalog))
+    run_body(lambda: run_plan(open_workspace(args), gpu=gpu, as_json=as_json, catalog=catalog,
+                              emit=emit, nodes=nodes))
 
 
 @app.command()

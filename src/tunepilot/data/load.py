@@ -40,6 +40,37 @@ from tunepilot.errors import ProblemList
 from tunepilot.tasks.example import Example
 
 
+def load_dataset_source(
+    spec: Any, root: Path, data: DataSettings, task: str, record: dict[str, Any] | None = None
+) -> list[Example]:
+    """Every example of `data.dataset` (hub_dataset.py), like a file's: numbered rows, the
+    same field mapping, every problem at once; `record` gets its label and fingerprint."""
+    from tunepilot.data.hub_dataset import read_dataset_source
+
+    problems = ProblemList("data.dataset")
+    read = read_dataset_source(spec, root, problems)
+    return _dataset_examples(read, data, task, problems, f"cannot load the dataset {read[2]}",
+                             record, "name a split with examples in it")  # fmt: skip
+
+
+def _dataset_examples(
+    read: tuple[list[Row], list[str], str, str | None], data: DataSettings, task: str,
+    problems: ProblemList, title: str, record: dict[str, Any] | None, empty_fix: str,
+) -> list[Example]:  # fmt: skip
+    """A dataset's rows (saved with save_to_disk, or from load_dataset) as examples: its
+    label and fingerprint into `record` (D1), every problem at once."""
+    rows, columns, label, fingerprint = read
+    problems.raise_if_any(title)
+    if record is not None:
+        record.update(source=label, fingerprint=fingerprint)
+    if not rows:
+        problems.add(label, "no rows", empty_fix)
+    problems.raise_if_any(title)
+    examples = _to_examples(Path(label), rows, columns, data, task, problems)
+    problems.raise_if_any(title)
+    return examples
+
+
 def load_file(
     path: Path,
     data: DataSettings,
@@ -56,16 +87,8 @@ def load_file(
     title = f"cannot load the {split_name} file {path}" if split_name else f"cannot load {path}"
     saved = saved_dataset(path)
     if saved is not None:
-        rows, columns, label, fingerprint = read_saved_dataset(saved, split_name, problems)
-        problems.raise_if_any(title)
-        if record is not None:
-            record.update(source=label, fingerprint=fingerprint)
-        if not rows:
-            problems.add(label, "no rows", "save a dataset with examples in it")
-        problems.raise_if_any(title)
-        examples = _to_examples(Path(label), rows, columns, data, task, problems)
-        problems.raise_if_any(title)
-        return examples
+        return _dataset_examples(read_saved_dataset(saved, split_name, problems), data, task,
+                                 problems, title, record, "save a dataset with examples in it")
     if not path.exists():
         problems.add(
             str(path),

@@ -187,7 +187,15 @@ def _load_all(
     problems: list[Problem] = []
     loaded: dict[str, list[Example]] = {}
     sources: dict[str, dict[str, Any]] = {}
-    for name, path in data_paths(campaign, root).items():
+    if data.dataset is not None:
+        from tunepilot.data.load import load_dataset_source
+
+        sources["all"] = {}
+        try:
+            loaded["all"] = load_dataset_source(data.dataset, root, data, task, sources["all"])
+        except InputError as exc:
+            problems.extend(exc.problems)
+    for name, path in data_paths(campaign, root).items() if data.dataset is None else ():
         split = None if name == "all" else name
         sources[name] = {"source": str(path)}
         try:

@@ -186,6 +186,7 @@ def export_model(
         ]
         if unsafe:  # e.g. a library that wrote a pickle: never publish it (R4)
             raise RuntimeError(f"the export produced files a bundle must not hold: {unsafe}")
+        _plain_modes(tmp)
         write_manifest(tmp, FORMAT)
         _refuse_existing(out_dir)
         os.replace(tmp, out_dir)
@@ -193,6 +194,17 @@ def export_model(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def _plain_modes(folder: Path) -> None:
+    """Every file of the bundle gets the mode a plain file gets here (0644 under umask 022):
+    safetensors writes its files 0600, so a colleague given the bundle could read its README
+    but not its weights."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(0o666 & ~mask)
 
 
 def gather_card_facts(
@@ -245,14 +257,16 @@ def _tunepilot_version() -> str:
 def export_run(
     ws: Workspace, run_id: str, out: Path | None = None, merge: bool = False
 ) -> Path:
-    """Export a completed run's latest checkpoint to `out` (default exports/<run-id>)."""
+    """Export a completed run's latest checkpoint to `out` (default exports/<run-id>); a
+    relative `out` is inside the campaign folder, like every path the ledger keeps."""
     from tunepilot.deliver.card_facts import sealed_test
     from tunepilot.deliver.controls import choose_controls
     from tunepilot.experiments.guards import run_guards
     from tunepilot.experiments.runner import Session, load_trained_model
     from tunepilot.ledger import Ledger
 
-    out_dir = Path(out) if out is not None else ws.exports_dir / run_id
+    out_dir = ws.exports_dir / run_id if out is None else (
+        Path(out) if Path(out).is_absolute() else ws.root / out)  # fmt: skip
     _refuse_existing(out_dir.resolve())
     with Ledger.open(ws.ledger_path) as ledger:
         row = ledger.get_run(run_id)

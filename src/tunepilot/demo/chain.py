@@ -22,54 +22,41 @@ class StepLog:
     """What each step returned and how long it took, for the closing summary."""
 
     rows: list[tuple[str, int, float]] = field(default_factory=list)
+    must_fail: set[str] = field(default_factory=set)  # steps shown catching planted problems
 
-    def run(self, name: str, body: Callable[[], int]) -> int:
+    def run(self, name: str, body: Callable[[], int], *, must_fail: bool = False) -> int:
         from tunepilot.console import console
 
         console.rule(f"[bold]{name}")
         start = time.perf_counter()
         code = body()
         self.rows.append((name, code, time.perf_counter() - start))
+        if must_fail:
+            self.must_fail.add(name)
         return code
 
     def failed(self) -> list[str]:
         """Every step that did not pass: a FAIL (1), and also nothing to work on (2, e.g.
-        compare with no comparable run), which is no more a pass than a FAIL is."""
-        return [name for name, code, _ in self.rows if code != 0]
+        compare with no comparable run), which is no more a pass than a FAIL is. A step run
+        on planted problems fails the demo the other way round: when it does NOT say FAIL."""
+        return [name if name not in self.must_fail else f"{name} (missed the planted problems)"
+                for name, code, _ in self.rows
+                if (code != 1 if name in self.must_fail else code != 0)]  # fmt: skip
 
 
-def export_target(ws: Workspace, comparison: Any) -> tuple[str | None, str]:
-    """The run to deliver and why: the adopted variant's (else the control's) first completed
-    seed whose own guards pass (H2). A run that fails its guards is never delivered here."""
-    from tunepilot.campaign.variants import variant_campaign
-    from tunepilot.experiments.guards import run_guards
-    from tunepilot.ledger import Ledger
-    from tunepilot.verdict import Verdict
+def run_chain(campaign_path: Path, fix_data: Callable[[Workspace], str] | None = None) -> int:
+    """Run every step; returns 1 if any step reported a FAIL, else 0.
 
-    wanted = comparison.adopted or "control"
-    campaign = variant_campaign(ws.campaign, wanted)
-    failing: list[str] = []
-    with Ledger.open(ws.ledger_path) as ledger:
-        runs = [r for r in ledger.list_runs() if r.variant == wanted and r.status == "completed"]
-        for r in sorted(runs, key=lambda r: (r.seed, r.id)):
-            fails = [f.check for f in run_guards(campaign, ledger, r.id)
-                     if f.verdict is Verdict.FAIL]  # fmt: skip
-            if not fails:
-                return r.id, f"{r.id} ({wanted}, seed {r.seed}; every guard passes)"
-            failing.append(f"{r.id} fails {', '.join(fails)}")
-    if not runs:
-        return None, f"nothing (no completed `{wanted}` run)"
-    return None, f"nothing: every completed `{wanted}` run fails its guards ({'; '.join(failing)})"
-
-
-def run_chain(campaign_path: Path) -> int:
-    """Run every step; returns 1 if any step reported a FAIL, else 0."""
+    `fix_data` (the image demo): the first audit runs on data with planted problems and must
+    FAIL naming them; `fix_data` then does what the audit asked (it returns what it did), the
+    campaign is re-read and audited again, and the chain goes on with the fixed data."""
     from tunepilot.console import console
     from tunepilot.data.flow import audit_workspace
     from tunepilot.deliver.flow import export_command
     from tunepilot.deliver.verify import verify_command
     from tunepilot.experiments import flow as run_flow
     from tunepilot.experiments.compare import compare_campaign, compare_command
+    from tunepilot.experiments.guards import export_target
     from tunepilot.pilot.flow import run_pilot
     from tunepilot.pilot.plan import run_plan
     from tunepilot.report.flow import write_report
@@ -77,6 +64,16 @@ def run_chain(campaign_path: Path) -> int:
     ws = Workspace.open(campaign_path)
     log = StepLog()
     total_start = time.perf_counter()
+    if fix_data is not None:
+        log.run("data audit of the planted problems (D1-D8)",
+                lambda: audit_workspace(ws, as_json=False), must_fail=True)
+
+        def fix() -> int:
+            console.print(fix_data(ws), highlight=False, soft_wrap=True)
+            return 0
+
+        log.run("fix what the audit named", fix)
+        ws = Workspace.open(campaign_path)
     log.run("data audit (D1-D8)", lambda: audit_workspace(ws, as_json=False))
     log.run("baseline (H3)", lambda: run_flow.baseline(ws, as_json=False))
     log.run("pilot: 13 gates (S1-S7, D7, D9)", lambda: run_pilot(ws, as_json=False))

@@ -21,6 +21,10 @@ from __future__ import annotations
 import struct
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tunepilot.data.workspace import Workspace
 
 BIG_CLASS, RGBA_CLASS, EXIF_CLASS = "7", "4", "3"
 
@@ -149,3 +153,25 @@ def write_image_campaign(folder: Path, quick: bool = False) -> Path:
     path = folder / "campaign.yaml"
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def fix_digit_folders(ws: Workspace) -> str:
+    """What a user does once the audit named the planted problems: export the same scans
+    again, one size, one mode, no rotation tags, no copies (`data/digits-fixed`), and point
+    `data.file` at it. Returns the sentence the demo prints."""
+    fixed = write_digit_folders(ws.root / "data" / "digits-fixed", per_class=_per_class(ws),
+                                planted=False)  # fmt: skip
+    text = ws.campaign_file.read_text(encoding="utf-8")
+    old = "  file: data/digits "
+    assert old in text, "the image template's data.file line changed"
+    ws.campaign_file.write_text(text.replace(old, "  file: data/digits-fixed ", 1), "utf-8")
+    return (f"wrote {fixed}: the same {sum(1 for _ in fixed.rglob('*.png'))} scans at 8 x 8, "
+            "greyscale, without EXIF rotations, exact or resized copies; data.file now points "
+            "there (the planted folder stays, with its audit, for comparison)")
+
+
+def _per_class(ws: Workspace) -> int | None:
+    """The quick demo keeps 30 scans per class: the fixed export keeps the same count."""
+    sizes = [len(list(p.glob("[0-9][0-9][0-9][0-9].png")))
+             for p in (ws.root / "data" / "digits").iterdir() if p.is_dir()]  # fmt: skip
+    return max(sizes) if sizes and max(sizes) < 100 else None

@@ -315,6 +315,7 @@ def compare_command(ws: Any, as_json: bool) -> int:
     """
     from tunepilot.console import console, print_json
     from tunepilot.errors import write_json_atomic
+    from tunepilot.experiments.compare_print import print_comparison
 
     cmp, record, new = decided(ws)  # every decision is kept in the ledger's notebook (L4)
     payload = cmp.to_json()
@@ -324,7 +325,7 @@ def compare_command(ws: Any, as_json: bool) -> int:
     if as_json:
         print_json(payload)
     else:
-        _print(cmp, console)
+        print_comparison(cmp, console, HEADLINES[cmp.task])
         if record is not None:
             kept = (f"decision #{record.id} recorded in the notebook" if new else
                     f"the same evidence and conclusion as decision #{record.id}: nothing new "
@@ -341,53 +342,3 @@ def ending_fails_guards(cmp: Comparison) -> bool:
     guard: the campaign has no result that meets its own hypothesis (H2)."""
     ending = next(v for v in cmp.variants if v.name == (cmp.adopted or CONTROL))
     return any(f.verdict is Verdict.FAIL for f in ending.guards)
-
-
-def _fmt(summary: dict[str, Any]) -> str:
-    if summary.get("mean") is None:
-        return "-"
-    std = summary.get("std")
-    return f"{summary['mean']:.4f}" + (f" ± {std:.4f}" if std is not None else "")
-
-
-def _print(cmp: Comparison, console: Any) -> None:
-    from rich.panel import Panel
-    from rich.table import Table
-
-    from tunepilot.console import findings_table
-
-    metrics = HEADLINES[cmp.task]
-    table = Table(title=f"{cmp.campaign}: variants vs control (mean ± std over seeds, V6)")
-    for col in ("variant", "seeds", *metrics, f"Δ {cmp.metric} vs control [{LEVEL:.0%} CI], p",
-                "guards"):  # fmt: skip
-        table.add_column(col)
-    for v in cmp.variants:
-        ci = v.ci
-        shown = (f"{ci['diff']:+.4f} [{ci['low']:+.4f}, {ci['high']:+.4f}] Holm p "
-                 f"{ci['p_holm']:.3f}" if ci else "-")  # fmt: skip
-        fails = sum(f.verdict is Verdict.FAIL for f in v.guards)
-        guards = "-" if not v.guards else ("[red]FAIL[/]" if fails else "[green]PASS[/]")
-        table.add_row(v.name, f"{len(v.used)}/{len({x.seed for x in v.runs})}",
-                      *(_fmt(v.summary.get(m, {})) for m in metrics), shown, guards)  # fmt: skip
-    console.print(table)
-    for v in cmp.variants:
-        judged = [f for f in v.guards if f.verdict is not Verdict.PASS]
-        if judged:
-            console.print(findings_table(judged, f"guards of {v.name} (H2)"))
-        deltas = v.deltas.get("vs_control", {}).items()
-        drops = sorted([(n, d) for n, d in deltas if d < 0], key=lambda kv: kv[1])[:5]
-        if drops:
-            words = ", ".join(f"{n} {d:+.3f}" for n, d in drops)
-            console.print(f"[dim]{v.name}: largest drops vs control: {words}[/]")
-    dropped = [x for v in cmp.variants for x in v.runs if x.excluded]
-    if dropped:
-        runs = Table(title="runs not in the numbers, with their reasons (V3)")
-        for col in ("run", "variant", "seed", "why"):
-            runs.add_column(col)
-        for x in dropped:
-            runs.add_row(x.run_id, x.variant, str(x.seed), x.excluded or "")
-        console.print(runs)
-    for note in cmp.notes:
-        console.print(f"[yellow]note:[/] {note}")
-    style = "green" if cmp.adopted else ("yellow" if cmp.comparable else "red")
-    console.print(Panel(cmp.decision, title="decision", border_style=style))

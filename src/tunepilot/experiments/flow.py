@@ -80,7 +80,8 @@ def amend(ws: Workspace, reason: str) -> int:
 
 def baseline(ws: Workspace, as_json: bool) -> int:
     from tunepilot.console import console, print_json
-    from tunepilot.experiments.runner import Session, run_baseline
+    from tunepilot.experiments.baseline import run_baseline
+    from tunepilot.experiments.runner import Session
 
     with _open_ledger(ws) as ledger:
         result = run_baseline(Session(ws), ledger)
@@ -116,7 +117,8 @@ def run_any(ws: Workspace, variants: list[str] | None, seeds: str | None,
                           f"with {replicas} replicas per run", "use one of --jobs or --nproc")
     if jobs:
         return jobs_module.run_jobs(ws, variants, seeds, jobs, stop_after=stop_after)
-    if replicas > 1 or (strategy or dist.strategy) != "none":
+    # torchrun flags (several nodes) make even one process per node a distributed run
+    if replicas > 1 or torchrun_args or (strategy or dist.strategy) != "none":
         names = variants or variant_names(ws.campaign)
         codes = [
             jobs_module.run_distributed(ws, name, seed, replicas, strategy,
@@ -192,20 +194,19 @@ def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after
                           f"use one of {', '.join(variant_names(ws.campaign))}")
     session = Session(ws)
     outcomes = []
+    pairs = [(name, seed) for name in names for seed in parse_seeds(seeds, ws.campaign.seeds)]
     with _open_ledger(ws) as ledger:
         from tunepilot.experiments.recovery import other_backends
 
         if elsewhere := other_backends(ws, ledger):
-            from tunepilot.console import error_console
-
             error_console.print(f"[yellow]note:[/] {elsewhere}", highlight=False)
-        for name in names:
-            for seed in parse_seeds(seeds, ws.campaign.seeds):
-                say.print(f"[bold]run[/] {name} seed {seed}")
-                outcome = execute_run(session, ledger, name, seed, stop_after=stop_after)
-                outcomes.append(outcome)
-                say.print(f"  {outcome.run_id}: {outcome.status} ({outcome.reason}) "
-                          f"{_headline(outcome.metrics)}", markup=False, highlight=False)
+        for index, (name, seed) in enumerate(pairs, start=1):
+            place = f"run {index} of {len(pairs)}"
+            say.print(f"[bold]{place}[/]: {name} seed {seed}")
+            outcome = execute_run(session, ledger, name, seed, stop_after=stop_after, place=place)
+            outcomes.append(outcome)
+            say.print(f"  {outcome.run_id}: {outcome.status} ({outcome.reason}) "
+                      f"{_headline(outcome.metrics)}", markup=False, highlight=False)
     if as_json:
         print_json([_outcome_json(o) for o in outcomes])
     return outcome_code(o.status for o in outcomes)
@@ -224,24 +225,33 @@ def resume(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool,
 
 
 def list_runs(ws: Workspace, as_json: bool) -> int:
+    """Every run, failures included (V3), with its last validation figure of the campaign's
+    headline metric (the one `compare` decides on)."""
     from rich.table import Table
 
     from tunepilot.console import console, print_json
+    from tunepilot.experiments.compare import HEADLINES
 
+    metric = HEADLINES.get(ws.campaign.hypothesis.task, ("loss",))[0]
     with _open_ledger(ws) as ledger:
         rows = ledger.list_runs()
+        last = {e.run_id: e.metrics.get(metric) for e in ledger.evaluations(split="validation")}
     if as_json:
         print_json([{"id": r.id, "variant": r.variant, "seed": r.seed, "status": r.status,
                      "reason": r.reason, "retry_of": r.retry_of, "data_version": r.data_version,
-                     "config_hash": r.config_hash} for r in rows])
+                     "config_hash": r.config_hash, "metric": metric,
+                     "validation": last.get(r.id)} for r in rows])  # fmt: skip
         return 0
     table = Table(title=f"runs of {ws.campaign.name} (every run, failures included: V3)")
-    for col in ("run", "variant", "seed", "status", "reason", "retry of"):
-        table.add_column(col)
+    for col in ("run", "variant", "seed", "status", f"{metric} (validation)", "reason",
+                "retry of"):  # fmt: skip
+        table.add_column(col, justify="right" if "validation" in col else "left")
     from rich.markup import escape  # a reason quotes the user's input, e.g. `[no_such]`
 
     for r in rows:
-        table.add_row(r.id, r.variant, str(r.seed), r.status, escape(r.reason or ""),
+        value = last.get(r.id)
+        shown = f"{value:.4f}" if isinstance(value, int | float) else "-"
+        table.add_row(r.id, r.variant, str(r.seed), r.status, shown, escape(r.reason or ""),
                       r.retry_of or "")  # fmt: skip
     console.print(table)
     return 0

@@ -328,3 +328,26 @@ def run_guards(campaign: Campaign, ledger: Any, run_id: str) -> list[Finding]:
                 and r.variant != row.variant]  # fmt: skip
     control = comparable(controls[-1]) if controls else None
     return check_guards(campaign, final.metrics, comparable(BASELINE), control)
+
+
+def export_target(ws: Any, comparison: Any) -> tuple[str | None, str]:
+    """The run to deliver and why: the adopted variant's (else the control's) first completed
+    seed whose own guards pass (H2). A run that fails its guards is never delivered here; the
+    demo and a launched job (`tunepilot.sizing.launch_step`) export what this returns."""
+    from tunepilot.campaign.variants import variant_campaign
+    from tunepilot.ledger import Ledger
+
+    wanted = comparison.adopted or "control"
+    campaign = variant_campaign(ws.campaign, wanted)
+    failing: list[str] = []
+    with Ledger.open(ws.ledger_path) as ledger:
+        runs = [r for r in ledger.list_runs() if r.variant == wanted and r.status == "completed"]
+        for r in sorted(runs, key=lambda r: (r.seed, r.id)):
+            fails = [f.check for f in run_guards(campaign, ledger, r.id)
+                     if f.verdict is Verdict.FAIL]  # fmt: skip
+            if not fails:
+                return r.id, f"{r.id} ({wanted}, seed {r.seed}; every guard passes)"
+            failing.append(f"{r.id} fails {', '.join(fails)}")
+    if not runs:
+        return None, f"nothing (no completed `{wanted}` run)"
+    return None, f"nothing: every completed `{wanted}` run fails its guards ({'; '.join(failing)})"

@@ -212,8 +212,12 @@ def execute_run(
     stop_after: int | None = None,
     progress: bool | None = None,
     from_step: int | None = None,
+    place: str = "",
 ) -> RunOutcome:
     """Train one variant x seed (or resume one) and record everything in the ledger.
+
+    `place` ("run 2 of 6") goes in front of the progress line, so a person watching a sweep
+    knows how far it is.
 
     `from_step` resumes from that checkpoint instead of the newest one that verifies. A
     refusal (bad input, a checkpoint that does not verify) or a storage fault leaves the run
@@ -279,7 +283,7 @@ def execute_run(
                 model, encoded.train, campaign.training, run_dir, kind=model_kind(campaign),
                 pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point, resume=resume_from,
                 on_update=on_update, progress=progress, stop_after=stop_after, stop=stop,
-                label=f"training {run_id}", phases=phases,
+                label=f"{place + ': ' if place else ''}training {run_id}", phases=phases,
                 sinks=trackers_for(ws, campaign, run_id, variant, seed, data_version),
             )  # fmt: skip
     except KeyboardInterrupt:
@@ -324,39 +328,6 @@ def record_trainable(ledger: Any, run_id: str, run_dir: Path, model: Any) -> Non
     report = trainable_report(model).to_json()
     (run_dir / "trainable.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     ledger.record_fact(run_id, "trainable", {k: v for k, v in report.items() if k != "rows"})
-
-
-def run_baseline(session: Session, ledger: Any) -> Any:
-    """H3: the starting model on the validation split, before any training, kept in full.
-
-    The hypothesis and guards are fixed in the ledger at this moment (H1): changing them later
-    is an amendment with a reason, never a silent edit.
-    """
-    from tunepilot.ledger import BASELINE
-
-    ws = session.ws
-    campaign = ws.campaign
-    ledger.fix_hypothesis(campaign.hypothesis.model_dump(mode="json"))
-    model = session.build_model(campaign, campaign.training.seed)
-    result = session.evaluate(model, campaign, label="baseline evaluation")
-    if campaign.hypothesis.is_classification:  # what the baseline can be a reference for
-        from tunepilot.experiments.guards import baseline_reference
-
-        result.metrics["reference"] = baseline_reference(result.rows, session.new_weights)
-    ledger.record_evaluation(
-        BASELINE, "validation", result.metrics, eval_config_hash=result.config_hash,
-        data_version=session.encoded(campaign).prepared.version, update=0,
-        predictions=predictions_from_rows(result.rows),
-    )  # fmt: skip
-    out = ws.root / "baseline"
-    out.mkdir(exist_ok=True)
-    (out / "evaluation.json").write_text(json.dumps(
-        {"metrics": result.metrics, "config": result.config, "config_hash": result.config_hash},
-        indent=2, default=str), encoding="utf-8")  # fmt: skip
-    with (out / "predictions.jsonl").open("w", encoding="utf-8") as handle:
-        for row in result.rows:
-            handle.write(json.dumps(row, default=str) + "\n")
-    return result
 
 
 def predictions_from_rows(rows: list[dict[str, Any]]) -> list[Any]:

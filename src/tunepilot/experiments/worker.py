@@ -17,7 +17,8 @@ distributed.py for what happens to the weights and optimizer state on another on
 
 Multi-node: torchrun's own flags (`--nnodes`, `--rdzv-backend`, `--rdzv-endpoint`, ...) are
 passed through unchanged; the campaign folder must then be on a filesystem every node sees.
-Global rank 0's run id wins, so every node may be started with the same command.
+The run id a launcher reserved wins, whichever node holds global rank 0 (c10d orders nodes
+by address), so node 0 runs `tunepilot run` and the others may start only the worker ranks.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from tunepilot.train.distributed import (
     DistContext,
     barrier,
     broadcast_text,
+    first_given_text,
     init_process_group_from_env,
     is_fully_sharded,
     shutdown,
@@ -106,6 +108,7 @@ def execute_distributed_run(
         "examples_per_update": plan.examples_per_update,
     }  # fmt: skip
 
+    run_id = first_given_text(run_id, ctx)  # the id a launcher reserved, on whichever node
     with Ledger.open(ws.ledger_path) if ctx.is_main else contextlib.nullcontext() as ledger:
         if ctx.is_main:
             run_id = _start(ws, ledger, campaign, encoded, variant, seed, run_id, resume,

@@ -92,18 +92,21 @@ def build_tiny_llama(
     corpus: Iterable[str] | None = None,
     seed: int = 0,
     chat_template: str | None = None,
+    vocab_size: int = 400,
+    shape: dict[str, int] | None = None,
 ) -> Path:
     """A 2-layer Llama causal LM (~130k params) and its tokenizer, saved to `directory`;
-    with `chat_template` (e.g. TINY_CHAT_TEMPLATE) a chat model's tokenizer."""
+    with `chat_template` (e.g. TINY_CHAT_TEMPLATE) a chat model's tokenizer. `vocab_size` and
+    `shape` (keys of TINY_SHAPE) size it otherwise, e.g. for the extraction demo."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tok = train_tokenizer(directory, corpus, chat_template=chat_template)
+    tok = train_tokenizer(directory, corpus, vocab_size=vocab_size, chat_template=chat_template)
     config = LlamaConfig(
         vocab_size=len(tok),
-        **TINY_SHAPE,
+        **{**TINY_SHAPE, **(shape or {})},
         num_key_value_heads=4,
         pad_token_id=tok.pad_token_id,
         bos_token_id=tok.bos_token_id,

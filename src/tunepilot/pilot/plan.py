@@ -232,16 +232,25 @@ def _does_not_fit(
     return out, [*lines, *md]
 
 
-def run_plan(ws: Workspace, *, gpu: str | None, as_json: bool, catalog: Path | None = None) -> int:
+def run_plan(ws: Workspace, *, gpu: str | None, as_json: bool, catalog: Path | None = None,
+             emit: str | None = None, nodes: int = 1) -> int:
     """`tunepilot plan`: print the sheet and the package; write them into the latest pilot's
-    folder when that pilot measured this configuration. Exit 1 when the card planned for does
-    not PASS (the nearest change is printed instead of a package)."""
+    folder when that pilot measured this configuration; with `emit`, the launcher's job file
+    for the planned card. Exit 1 when the card planned for does not PASS (the nearest change
+    is printed instead of a package)."""
     from tunepilot.console import console, print_json
+    from tunepilot.errors import input_error
     from tunepilot.pilot.flow import write_json
 
+    if emit not in (None, "skypilot"):
+        raise input_error("--emit", f"`{emit}`", "use --emit skypilot")
     folder, pilot, note = matching_pilot(ws)
     out, lines = build_plan(ws, gpu=gpu or ws.campaign.rental.gpu, catalog=catalog, pilot=pilot)
     out["pilot_note"] = note
+    if emit:
+        from tunepilot.sizing.launch import emit_skypilot
+
+        out["emitted"] = str(emit_skypilot(ws, out, catalog, nodes))
     head = f"# Sizing and rental plan for {ws.campaign.name}"
     text = "\n".join([head, "", note + ".", "", *lines]) + "\n"
     if folder is not None:  # the pilot's own measurements stay; an earlier plan is replaced

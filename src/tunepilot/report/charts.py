@@ -334,7 +334,11 @@ def bar_chart(categories: list[str], bars: list[Bars], *, title: str, metric: st
               notes: dict[str, str] | None = None) -> str:  # fmt: skip
     """Grouped horizontal bars per category on a 0-1 axis; a missing value is left blank."""
     notes = notes or {}
-    width, left, right, top = 1100, 190, 60, 12
+    labels = [cat + (f" {notes[cat]}" if cat in notes else "") for cat in categories]
+    # the names sit left of the axis, right-aligned: room for the longest (12.5 px text is
+    # at most ~7.6 px a character), so a long class name is never cut at the chart's edge
+    width, right, top = 1100, 60, 12
+    left = int(min(max(190, 16 + 7.6 * max(map(len, labels), default=0)), width // 2))
     bar_h, gap = 15, 14
     group_h = bar_h * max(len(bars), 1) + gap
     height = top + group_h * max(len(categories), 1) + 40
@@ -346,9 +350,8 @@ def bar_chart(categories: list[str], bars: list[Bars], *, title: str, metric: st
         body += _tick((x, x, top, height - 36), "grid", (x, height - 22), "middle", t)
     body.append(f'<text x="{(left + width - right) / 2:.0f}" y="{height - 4}" '
                 f'text-anchor="middle" class="label">{esc(metric)}</text>')  # fmt: skip
-    for i, cat in enumerate(categories):
+    for i, (cat, label) in enumerate(zip(categories, labels, strict=True)):
         y0 = top + i * group_h
-        label = cat + (f" {notes[cat]}" if cat in notes else "")
         body.append(f'<text x="{left - 10}" y="{y0 + (group_h - gap) / 2 + 4:.1f}" '
                     f'text-anchor="end" class="name">{esc(label)}</text>')  # fmt: skip
         if not any(_finite(b.values.get(cat)) for b in bars):  # e.g. no validation example

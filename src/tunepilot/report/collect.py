@@ -319,33 +319,60 @@ def _after(at: str | None, moment: datetime) -> bool:
 
 
 def _exports(ws: Workspace, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every bundle under exports/, then every other export the ledger recorded (`export
+    --out`): one inside the campaign folder is read like the others; one outside it is listed
+    from the ledger only (its path and pin), never read."""
+    from tunepilot.ledger import Ledger
+
+    status = {r["id"]: r["status"] for r in runs}
+    folders = sorted(p for p in ws.exports_dir.iterdir() if p.is_dir()
+                     and not p.name.startswith(".")) if ws.exports_dir.is_dir() else []  # fmt: skip
+    out = [_bundle_entry(folder, status) for folder in folders]
+    seen = {f.resolve() for f in folders}
+    facts = []
+    if ws.ledger_path.is_file():
+        with Ledger.open(ws.ledger_path) as ledger:
+            facts = ledger.facts("export")
+    root = ws.root.resolve()
+    for fact in facts:
+        where = Path(str(fact.get("bundle") or ""))
+        folder = (where if where.is_absolute() else root / where).resolve()
+        if folder in seen or not str(fact.get("bundle") or ""):
+            continue
+        seen.add(folder)
+        if folder.is_relative_to(root) and folder.is_dir():
+            out.append(_bundle_entry(folder, status))
+            continue
+        out.append({"name": str(folder), "folder": str(folder), "run_id": fact.get("run_id"),
+                    "run_status": status.get(fact.get("run_id")), "has_manifest": None,
+                    "pin": fact.get("manifest_sha256"), "n_files": 0, "bytes": 0,
+                    "weights": "outside the campaign folder, not read", "method": "see ledger",
+                    "data_version": None, "format": None, "base": {}, "verification": None,
+                    "outside": True})  # fmt: skip
+    return out
+
+
+def _bundle_entry(folder: Path, status: dict[str, str]) -> dict[str, Any]:
     from tunepilot.deliver.verify import manifest_digest, verification_path
 
-    if not ws.exports_dir.is_dir():
-        return []
-    status = {r["id"]: r["status"] for r in runs}
-    out = []
-    for folder in sorted(p for p in ws.exports_dir.iterdir()
-                         if p.is_dir() and not p.name.startswith(".")):  # fmt: skip
-        manifest = read_json(folder / "MANIFEST.json") or {}
-        files = manifest.get("files") or {}
-        bundle, base = (read_json(folder / name) or {} for name in ("bundle.json", "base.json"))
-        pin = manifest_digest(folder) if manifest else None  # what `verify --expect` compares
-        check = read_json(verification_path(folder))
-        run_id = bundle.get("run_id") or folder.name
-        out.append({
-            "name": folder.name, "folder": str(folder), "run_id": run_id,
-            "run_status": status.get(run_id), "has_manifest": bool(manifest), "pin": pin,
-            "n_files": len(files), "bytes": sum(int(f.get("bytes") or 0) for f in files.values()),
-            "weights": bundle.get("weights"), "method": bundle.get("method"),
-            "data_version": bundle.get("data_version"), "format": bundle.get("format"),
-            "base": {k: base.get(k) for k in ("name", "revision", "resolved_commit", "kind")}
-            | {"weight_files": len(base.get("weight_files") or {})},
-            "verification": None if not isinstance(check, dict) else {
-                "verdict": check.get("verdict"), "at": check.get("at"),
-                "findings": [f for f in check.get("findings") or [] if isinstance(f, dict)]},
-        })  # fmt: skip
-    return out
+    manifest = read_json(folder / "MANIFEST.json") or {}
+    files = manifest.get("files") or {}
+    bundle, base = (read_json(folder / name) or {} for name in ("bundle.json", "base.json"))
+    pin = manifest_digest(folder) if manifest else None  # what `verify --expect` compares
+    check = read_json(verification_path(folder))
+    run_id = bundle.get("run_id") or folder.name
+    return {
+        "name": folder.name, "folder": str(folder), "run_id": run_id,
+        "run_status": status.get(run_id), "has_manifest": bool(manifest), "pin": pin,
+        "n_files": len(files), "bytes": sum(int(f.get("bytes") or 0) for f in files.values()),
+        "weights": bundle.get("weights"), "method": bundle.get("method"),
+        "data_version": bundle.get("data_version"), "format": bundle.get("format"),
+        "base": {k: base.get(k) for k in ("name", "revision", "resolved_commit", "kind")}
+        | {"weight_files": len(base.get("weight_files") or {})},
+        "verification": None if not isinstance(check, dict) else {
+            "verdict": check.get("verdict"), "at": check.get("at"),
+            "findings": [f for f in check.get("findings") or [] if isinstance(f, dict)]},
+    }  # fmt: skip
 
 
 def _environment(

@@ -109,9 +109,24 @@ def examples_section(d: dict[str, Any]) -> str:
     return html
 
 
+WIDE = 12  # classes beyond which a confusion table with numbers no longer fits a page
+PAIRS = 15  # most confused pairs listed for many classes
+
+
 def _confusion(m: dict[str, Any]) -> str:
-    """Rows: the expected class; columns: what the chosen run predicted; shade by share."""
+    """Rows: the expected class; columns: what the chosen run predicted; shade by share.
+
+    Up to WIDE classes: the table with every count. More (banking77 has 77): the most confused
+    pairs with their counts, then the whole matrix as a heatmap of small cells, columns
+    numbered as the rows are, every count in the cell's title: readable at 1400 px with no
+    scrollbar, where 77 numbered columns would show 5."""
     labels, counts = m["labels"], m["counts"]
+    if len(labels) <= WIDE:
+        return _confusion_table(labels, counts)
+    return _confused_pairs(labels, counts) + _heatmap(labels, counts)
+
+
+def _confusion_table(labels: list[str], counts: list[list[int]]) -> str:
     cells = []
     for i, row in enumerate(counts):
         total = sum(row) or 1
@@ -127,3 +142,37 @@ def _confusion(m: dict[str, Any]) -> str:
     return ("<h3>Confusion matrix of the chosen run (rows: expected, columns: predicted)</h3>"
             f'<div class="scroll"><table class="confusion"><thead><tr><th></th>{head}</tr>'
             f"</thead><tbody>{''.join(cells)}</tbody></table></div>")  # fmt: skip
+
+
+def _confused_pairs(labels: list[str], counts: list[list[int]]) -> str:
+    pairs = sorted(((n, i, j) for i, row in enumerate(counts) for j, n in enumerate(row)
+                    if i != j and n), key=lambda t: (-t[0], t[1], t[2]))[:PAIRS]  # fmt: skip
+    rows = [[e(labels[i]), e(labels[j]), num(n), f"{n / (sum(counts[i]) or 1):.0%}"]
+            for n, i, j in pairs]  # fmt: skip
+    head = (f"<h3>Most confused pairs of the chosen run ({len(labels)} classes; the "
+            f"{min(PAIRS, len(pairs))} largest off-diagonal counts)</h3>")
+    if not rows:
+        return head + "<p>No example was confused.</p>"
+    return head + table(["expected", "predicted", "examples", "share of expected"], rows,
+                        "confused-pairs")  # fmt: skip
+
+
+def _heatmap(labels: list[str], counts: list[list[int]]) -> str:
+    """Every cell a small square shaded by its share of the row; numbers in titles."""
+    out = []
+    for i, row in enumerate(counts):
+        total = sum(row) or 1
+        tds = []
+        for j, n in enumerate(row):
+            colour = "22,101,52" if i == j else "153,27,27"
+            shade = f"background:rgba({colour},{0.12 + 0.88 * n / total:.2f})" if n else ""
+            tip = f"{labels[i]} predicted as {labels[j]}: {n} of {sum(row)}"
+            tds.append(f'<td style="{shade}" title="{e(tip)}"></td>')
+        out.append(f'<tr><th title="{e(labels[i])}">{i + 1}. {e(labels[i])}</th>'
+                   + "".join(tds) + "</tr>")  # fmt: skip
+    head = "".join(f"<th>{j + 1}</th>" for j in range(len(labels)))
+    return ("<h3>Confusion heatmap (rows: expected, numbered; columns: predicted, by the same "
+            "numbers; green: right, red: confused, darker: a larger share of the row; hover a "
+            "cell for its count)</h3>"
+            f'<table class="heatmap"><thead><tr><th></th>{head}</tr></thead>'
+            f"<tbody>{''.join(out)}</tbody></table>")  # fmt: skip

@@ -115,6 +115,13 @@ dl.glossary dt{font-weight:650;color:var(--ink)}
 table.runs div.reason{min-width:14em;max-width:26em}table.runs{font-size:12.5px}
 table.confusion{width:auto}table.confusion td{text-align:right;min-width:3.2em}
 table.confusion td.diag{font-weight:700}
+table.heatmap{width:auto;border-collapse:collapse;table-layout:fixed;font-size:8px;margin:0;
+line-height:1}
+table.heatmap td{width:9px;height:9px;padding:0;border:1px solid #f3f4f6}
+table.heatmap thead th{width:9px;padding:0;font-weight:400;color:var(--muted);
+writing-mode:vertical-rl;text-align:left}
+table.heatmap tbody th{font-size:10.5px;font-weight:400;padding:0 6px 0 0;white-space:nowrap;
+text-align:left}
 table.changed span.text{display:block;min-width:18em;max-width:40em}
 footer{color:var(--muted);font-size:12.5px;padding-bottom:40px}
 @media print{body{background:#fff}section{break-inside:avoid-page;border:none}

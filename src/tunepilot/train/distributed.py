@@ -101,22 +101,40 @@ def on_rank0(rank: int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | 
     return fn(*args, **kwargs) if rank == 0 else None
 
 
-def broadcast_text(text: str | None, ctx: DistContext) -> str:
-    """Rank 0's `text` on every rank (e.g. the run id), as bytes in a tensor: no pickle."""
+def broadcast_text(text: str | None, ctx: DistContext, src: int = 0) -> str:
+    """Rank `src`'s `text` on every rank (e.g. the run id), as bytes in a tensor: no pickle."""
     if ctx.world_size == 1:
         return text or ""
     import torch
     import torch.distributed as dist
 
-    data = (text or "").encode("utf-8") if ctx.rank == 0 else b""
+    data = (text or "").encode("utf-8") if ctx.rank == src else b""
     size = torch.tensor([len(data)], dtype=torch.long, device=ctx.device)
-    dist.broadcast(size, src=0)
+    dist.broadcast(size, src=src)
     buffer = torch.zeros(int(size.item()), dtype=torch.uint8, device=ctx.device)
-    if ctx.rank == 0 and data:
+    if ctx.rank == src and data:
         buffer.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
     if buffer.numel():
-        dist.broadcast(buffer, src=0)
+        dist.broadcast(buffer, src=src)
     return bytes(buffer.cpu().tolist()).decode("utf-8")
+
+
+def first_given_text(text: str | None, ctx: DistContext) -> str | None:
+    """The `text` of the lowest rank that was given one, on every rank (None if no rank was).
+
+    Several nodes: the node whose launcher reserved the run id need not hold global rank 0,
+    since torchrun's c10d rendezvous orders nodes by address, not by the order they were
+    started in; rank 0 records the run under the id whichever node reserved it."""
+    if ctx.world_size == 1:
+        return text
+    import torch
+    import torch.distributed as dist
+
+    owner = torch.tensor([ctx.rank if text else ctx.world_size], dtype=torch.long,
+                         device=ctx.device)  # fmt: skip
+    dist.all_reduce(owner, op=dist.ReduceOp.MIN)
+    src = int(owner.item())
+    return None if src == ctx.world_size else broadcast_text(text, ctx, src=src)
 
 
 def barrier() -> None:

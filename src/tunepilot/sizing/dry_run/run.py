@@ -102,6 +102,7 @@ def dry_run(
     `device` is the kind of device sized: "cuda" (the rented GPU; fused attention kernels,
     cuBLAS workspace) or "cpu" (this machine, used to validate against real execution).
     """
+    from tunepilot.progress import Progress
     from tunepilot.sizing.dry_run.measure import measure_blocks
     from tunepilot.sizing.dry_run.shape import Shape
 
@@ -115,8 +116,14 @@ def dry_run(
     )  # fmt: skip
     layers = arch.layers
     blocks = measured_blocks(layers)
-    m1 = measure_blocks(arch, shape, blocks[0])
-    m2 = measure_blocks(arch, shape, blocks[1]) if blocks[1] != blocks[0] else m1
+    what = (f"dry run: microbatch {shape.microbatch} x {shape.length}, {shape.base_dtype} base"
+            f"{', checkpointing' if shape.activation_checkpointing else ''}")  # fmt: skip
+    # a dry run of a large model takes seconds to minutes: never a silent command
+    with Progress(what, total=2, unit="models", heartbeat=True) as bar:
+        m1 = measure_blocks(arch, shape, blocks[0])
+        bar.advance(1, note=f"{blocks[0]} of {layers} blocks")
+        m2 = measure_blocks(arch, shape, blocks[1]) if blocks[1] != blocks[0] else m1
+        bar.advance(2, note=f"{blocks[1]} of {layers} blocks")
     a = blocks[0]
     phases = [_combine(m1.phases, m2.phases, p, layers - a) for p in PHASES]
     notes = [
