@@ -44,11 +44,15 @@ def test_init_then_validate_exit_0(tmp_path):
 def test_validate_ok_prints_summary_exit_0(tmp_path):
     assert run("init", str(tmp_path), "--task", "classification").returncode == 0
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "tickets.jsonl").write_text('{"id": "a", "text": "x", "queue": "q"}\n')
+    rows = [{"id": f"t{i}", "text": f"ticket {i} about my order", "queue": "qa"[i % 2],
+             "conversation_id": f"c{i}", "created_at": f"2026-01-{1 + i % 28:02d}"}
+            for i in range(200)]  # validate reads the data: the plan is judged on it (S7)
+    (tmp_path / "data" / "tickets.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = run("validate", str(tmp_path / "campaign.yaml"), "training.lr=5e-5", "--json")
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     assert payload["ok"] and payload["campaign"]["training"]["lr"] == 5e-5
+    assert payload["plan"][0]["verdict"] == "PASS"
 
 
 @pytest.mark.parametrize(

@@ -43,8 +43,16 @@ def test_s4_tiny_campaign_passes_all_13_gates_in_order(pilot) -> None:
     _, result = pilot
     assert [r.phase for r in result.rows] == NAMES
     assert [r.number for r in result.rows] == list(range(1, 14))
-    bad = {r.phase: r.sentence for r in result.rows if r.verdict != "PASS"}
-    assert not bad
+    bad = {r.phase: r for r in result.rows if r.verdict != "PASS"}
+    # The generated tickets repeat stock closing messages across queues: the audit WARNs that
+    # drop_exact_duplicates kept one queue's label and dropped the others' (D2, D6). Nothing
+    # else may be below PASS.
+    assert set(bad) <= {"data"}, {k: r.sentence for k, r in bad.items()}
+    if "data" in bad:
+        found = {f["check"]: f for f in bad["data"].details["findings"]}
+        below = {c: f["verdict"] for c, f in found.items() if f["verdict"] != "PASS"}
+        assert below == {"conflicting labels": "WARN"}, below
+        assert found["conflicting labels"]["details"]["hidden_by_dedup"] > 0
     assert not result.failed
 
 
@@ -80,7 +88,8 @@ def test_s5_gates_json_holds_rows_env_config_hash_and_data_version(pilot) -> Non
     assert saved["config_hash"] == ws.campaign.config_hash()
     assert saved["data_version"] and saved["env"]["torch"]["version"] == torch.__version__
     assert [r["phase"] for r in saved["rows"]] == NAMES
-    assert saved["verdict"] == "PASS"
+    assert saved["verdict"] == max((r["verdict"] for r in saved["rows"]),
+                                   key=["PASS", "WARN", "FAIL"].index) != "FAIL"
     samples = json.loads((result.folder / "samples.json").read_text())
     assert samples and all(s["tokens"] for s in samples)
     assert "loss on label" in (result.folder / "samples.txt").read_text()
@@ -117,12 +126,29 @@ def test_r1_resume_row_compares_a_new_process_bitwise(pilot) -> None:
 
 def test_l1_l3_pilot_writes_sizing_and_plan_with_the_holdout_error(pilot) -> None:
     _, result = pilot
+    from tunepilot.pilot.memory_fit import NOISE_FLOOR_SHARE, fit_memory_model
+
+    ws, _ = pilot
     sizing = json.loads((result.folder / "sizing.json").read_text())
     assert sizing["updates"]["examples_per_update"] == 16
-    # The verdict is on the activation part; a flat CPU RSS grid cannot validate anything.
-    assert sizing["holdout"]["verdict"] in ("PASS", "WARN", "cannot validate")
-    if sizing["holdout"]["verdict"] == "cannot validate":
-        assert "PASS" not in sizing["holdout"]["sentence"]
+    # The verdict is on the activation part, and follows from the recorded grid alone:
+    # recomputed here from the measured points, never read back from the check itself.
+    held = sizing["holdout"]
+    points = [tuple(p) for p in sizing["memory_grid"]]
+    shape = (max(2, ws.campaign.training.microbatch), ws.campaign.data.max_length)
+    assert len(points) >= 4 and (held["microbatch"], held["length"]) == shape  # the configured
+    rest = fit_memory_model([p for p in points if p[:2] != shape])
+    measured = next(p for mb, n, p in points if (mb, n) == shape)
+    peaks = [p for *_, p in points]
+    floor = NOISE_FLOOR_SHARE * max(peaks)
+    part = measured - rest.fixed
+    invisible = (max(peaks) - min(peaks) <= floor or part <= floor
+                 or rest.per_token == rest.per_token_length == 0)  # fmt: skip
+    if invisible:
+        assert held["verdict"] == "cannot validate" and "PASS" not in held["sentence"]
+    else:
+        error = abs(rest.predict(*shape) - measured) / part
+        assert held["verdict"] == ("PASS" if error <= held["goal"] else "WARN"), held
     plan = (result.folder / "plan.md").read_text()
     assert "Held-out check" in plan and "`tunepilot plan " in plan
     assert "NOT scaled" not in plan and "scaled x" not in plan

@@ -66,7 +66,8 @@ seeds: [0, 1]
 def test_v3_v7_sweep_reports_diverged_and_interrupted_runs_with_reasons_and_decides(
     tmp_path: Path, tiny_bert_dir: Path, capsys
 ):
-    from tunepilot.experiments.runner import Session, execute_run, run_baseline
+    from tunepilot.experiments.baseline import run_baseline
+    from tunepilot.experiments.runner import Session, execute_run
 
     ws = Workspace.open(write_sweep_campaign(tmp_path / "c", tiny_bert_dir))
     session = Session(ws)

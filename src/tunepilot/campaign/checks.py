@@ -131,7 +131,52 @@ def campaign_warnings(campaign: Campaign) -> list[Problem]:
             "model.trust_remote_code", "true: Python files shipped with the model "
             f"`{campaign.model.name_or_path}` run on this machine when it loads",
             "read the model's .py files at the pinned revision first, or set it to false"))
-    return warnings
+    return warnings + guard_warnings(campaign)
+
+
+def guard_warnings(campaign: Campaign) -> list[Problem]:
+    """H2: every guard the campaign declares can be judged on its task's evaluation; one that
+    cannot (a JSON rate for a classifier, a per-class floor for extraction, a schema rate
+    without a schema, JSON rates for chat answers of free text) would never block anything."""
+    h, where = campaign.hypothesis, "hypothesis"
+    declared = h.model_fields_set
+    out: list[Problem] = []
+    if h.is_classification:
+        if "extraction_guards" in declared:
+            out.append(Problem(f"{where}.extraction_guards", "declared for a classification "
+                               "campaign, whose evaluation has no JSON rates: never judged",
+                               "remove them; a classifier is guarded per class "
+                               "(classification_guards)"))  # fmt: skip
+        labels = campaign.data.labels
+        unknown = sorted(set(h.classification_guards.class_floors) - set(labels or []))
+        if labels and unknown:
+            out.append(Problem(f"{where}.classification_guards.class_floors",
+                               f"names {', '.join(unknown)}, absent from data.labels: never "
+                               "judged", "use the class names of data.labels"))  # fmt: skip
+        return out
+    if "classification_guards" in declared:
+        out.append(Problem(f"{where}.classification_guards", f"declared for a {h.task} "
+                           "campaign, whose evaluation has no classes: never judged",
+                           "remove them; guard the answers with extraction_guards"))  # fmt: skip
+    guards = h.extraction_guards.model_fields_set if "extraction_guards" in declared else set()
+    free_text = (campaign.data.chat is not None and h.task == "format"
+                 and not (h.required_fields or h.target_schema))  # fmt: skip
+    if free_text and guards:
+        out.append(Problem(f"{where}.extraction_guards", f"{', '.join(sorted(guards))} declared, "
+                           "but the answers are assistant turns of free text: the JSON rates "
+                           "are not computed, so these never block", "declare "
+                           "hypothesis.required_fields or target_schema if the answers are "
+                           "JSON, or remove the guards"))  # fmt: skip
+        return out
+    if "schema_validity_min" in guards and h.target_schema is None:
+        out.append(Problem(f"{where}.extraction_guards.schema_validity_min", "declared without "
+                           "hypothesis.target_schema: it can only repeat json_validity",
+                           "declare the answer's JSON Schema in hypothesis.target_schema"))
+    if "required_field_presence_min" in guards and not h.required_fields:
+        out.append(Problem(f"{where}.extraction_guards.required_field_presence_min", "declared "
+                           "without hypothesis.required_fields: every answer that parses "
+                           "passes it", "list the fields in hypothesis.required_fields"))
+    return out
 
 
 def _repeated_split_files(campaign: Campaign, root: Path) -> list[Problem]:

@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from tunepilot.campaign.audit_settings import AuditSettings
 from tunepilot.campaign.bounds import Name, Seed, Seeds, Strict
 from tunepilot.campaign.card_settings import CardSettings
 from tunepilot.campaign.chat import ChatSettings
@@ -144,15 +145,6 @@ class SplitPolicy(Strict):
                 "training; lower one of them"
             )
         return self
-
-
-class AuditSettings(Strict):
-    near_duplicate_threshold: float = Field(default=0.8, gt=0, le=1)
-    shingle_size: int = Field(default=3, ge=1, description="Words per shingle for MinHash.")
-    truncation_warn_share: float = Field(default=0.02, ge=0, le=1)
-    imbalance_warn_ratio: float = Field(
-        default=20.0, ge=1, description="WARN when the largest class exceeds the smallest by this."
-    )
 
 
 class DatasetSource(Strict):
@@ -326,9 +318,25 @@ class Variant(Strict):
 
     explain: str = Field(min_length=1)
     overrides: dict[str, Any] = Field(default_factory=dict)
-    control: Name = "control"
+    control: Literal["control"] = Field(
+        default="control",
+        description="What the variant is compared with: always the campaign itself (`control`).",
+    )
     allow_multi_change: bool = False
     reason: str | None = None
+
+    @field_validator("control", mode="before")
+    @classmethod
+    def _only_the_campaign(cls, value: Any) -> Any:
+        """Every variant is trained from the campaign and compared with its control runs; a
+        control naming another variant would be accepted and ignored, so it is refused."""
+        if value != "control":
+            raise ValueError(
+                f"`{value}`: every variant is compared with the campaign itself, `control`; to "
+                "build on another variant, copy its overrides into this one (with "
+                "allow_multi_change and a reason), or leave `control` out"
+            )
+        return value
 
     @model_validator(mode="after")
     def _multi_change_needs_reason(self) -> Variant:

@@ -122,10 +122,17 @@ def resume(
                      "this sha256 (`sha256sum runs/RUN/checkpoints/step-N/MANIFEST.json`, taken "
                      "when it was written); refuse otherwise."),
     ] = None,
+    allow_backend_change: Annotated[
+        bool,
+        typer.Option("--allow-backend-change", "--allow",
+                     help="Resume on another backend (torch build or card) than the run "
+                     "trained on; the run is then marked as run on both (B1)."),
+    ] = False,
 ) -> None:
     """Continue a run from its newest checkpoint that verifies (a newer one that does not is
     named and skipped) in this new process: same step, lr, data position and generators, so
-    the curve continues exactly (R1).
+    the curve continues exactly (R1). A run resumes on the backend it trained on: another
+    CUDA/ROCm/CPU build or card is refused (exit 2) unless --allow-backend-change.
 
     Examples:
 
@@ -137,13 +144,15 @@ def resume(
 
     A checkpoint's MANIFEST.json proves its files are intact, not who wrote them: weights
     edited together with a rewritten MANIFEST verify. Pin the checkpoint with --expect.
+
+      tunepilot resume control-s0-1 campaign.yaml --allow-backend-change
     """
     from tunepilot.experiments import flow as run_flow
 
     run_body(
         lambda: run_flow.resume_any(
             open_workspace(args), run_id, stop_after, as_json, nproc, torchrun_arg, from_step,
-            expect,
+            expect, allow_backend_change,
         )
     )
 

@@ -25,7 +25,11 @@ from tunepilot.cli.app import (
 @app.command()
 def validate(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
     """Check a campaign file without training anything: every problem at once, each with its
-    key path, what was found and the fix. Never imports torch.
+    key path, what was found and the fix; then whether the plan can do what it says on the
+    prepared training split (a warm-up longer than the budget, no validation point inside the
+    run, one update, an update larger than the training set) and whether every declared guard
+    can be judged for the task. Never imports torch. Exit 0, 1 when a plan check FAILs, 2 on
+    bad input.
 
     Example: tunepilot validate campaign.yaml training.lr=5e-5
     """
@@ -34,32 +38,44 @@ def validate(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
         from tunepilot.campaign import load_campaign
         from tunepilot.campaign.checks import campaign_warnings, raise_on_problems
         from tunepilot.console import console, error_console, print_json
+        from tunepilot.train.feasibility import check_plan_on_data
+        from tunepilot.verdict import Verdict, exit_code
 
         path, overrides = split_campaign_args(args)
         campaign = load_campaign(path, overrides)
-        raise_on_problems(campaign, path.resolve().parent, str(path))
+        root = path.resolve().parent
+        raise_on_problems(campaign, root, str(path))
         warnings = campaign_warnings(campaign)
         for w in warnings:
             error_console.print(f"[bold yellow]warning:[/] {w}", highlight=False)
+        plan = check_plan_on_data(campaign, root)
+        for f in plan:
+            if f.verdict is not Verdict.PASS:
+                colour = "red" if f.verdict is Verdict.FAIL else "yellow"
+                error_console.print(f"[bold {colour}]{f.verdict}[/] {f.check}: {f.sentence}",
+                                    highlight=False)  # fmt: skip
+        code = exit_code(plan)
         if as_json:
             print_json(
                 {
-                    "ok": True,
+                    "ok": code == 0,
                     "campaign": campaign.model_dump(mode="json"),
                     "config_hash": campaign.config_hash(),
                     "warnings": [str(w) for w in warnings],
+                    "plan": [f.to_json() for f in plan],
                 }
             )
         else:
             t = campaign.training
+            word = "[bold green]ok[/]" if code == 0 else "[bold red]FAIL[/]"
             console.print(
-                f"[bold green]ok[/] {path}: campaign [bold]{campaign.name}[/], task "
+                f"{word} {path}: campaign [bold]{campaign.name}[/], task "
                 f"{campaign.hypothesis.task}, model {campaign.model.name_or_path} "
                 f"({campaign.model.method}), {len(campaign.variants)} variant(s) x "
                 f"{len(campaign.seeds)} seed(s), microbatch {t.microbatch} x accumulation "
                 f"{t.accumulation}, config hash {campaign.config_hash()}"
             )
-        return 0
+        return code
 
     run_body(body)
 

@@ -10,7 +10,9 @@ input text is rebuilt from them; assistant turns are the answer and stay as writ
 
 `drop_exact_duplicates` keeps the first occurrence of `normalize_text(text)` + context, so run
 it on the whole file set in order train, validation, test before splitting: the training copy
-wins and an evaluation split never holds a copy of a training example.
+wins and an evaluation split never holds a copy of a training example. A dropped copy whose
+label (or answer) differs from the kept one is a contradiction in the data, not a duplicate:
+it is recorded in the rule's `conflicts`, and the audit FAILs naming both rows (D2, D6).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tunepilot.data.prepared import RuleCount
 from tunepilot.tasks.example import Example
 
 EXAMPLE_IDS = 5
+MAX_CONFLICTS = 1000  # dropped copies with another answer kept on record (the audit counts them)
 _WHITESPACE = re.compile(r"\s+")
 
 _TEXT_RULES: dict[str, Callable[[str], str]] = {
@@ -61,7 +64,7 @@ def clean(
         elif rule == "drop_empty":
             current = _drop(current, lambda ex, _seen: not ex.text.strip(), count)
         elif rule == "drop_exact_duplicates":
-            current = _drop(current, _is_repeat, count, seen=set())
+            current = _drop_repeats(current, count)
         else:  # the campaign schema rejects unknown rules; this guards direct callers
             raise ValueError(f"unknown cleaning rule {rule!r}")
         counts.append(count)
@@ -113,13 +116,33 @@ def _map_text(
     return out
 
 
-def _is_repeat(example: Example, seen: set[str] | None) -> bool:
-    assert seen is not None
-    key = duplicate_key(example)
-    if key in seen:
+def answer_of(example: Example) -> str | None:
+    """What an example must be answered with, as one comparable string: its label, else its
+    target as canonical JSON (None when it has neither)."""
+    if example.label is not None:
+        return example.label
+    if example.target is None:
+        return None
+    return json.dumps(example.target, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _drop_repeats(examples: list[Example], count: RuleCount) -> list[Example]:
+    """drop_exact_duplicates: the first copy of each key stays; a dropped copy that carries
+    another label or answer is kept on record in `count.conflicts` (never silently gone)."""
+    kept: dict[str, Example] = {}
+
+    def repeat(ex: Example, _seen: set[str] | None) -> bool:
+        first = kept.setdefault(duplicate_key(ex), ex)
+        if first is ex:
+            return False
+        if answer_of(first) != answer_of(ex) and len(count.conflicts) < MAX_CONFLICTS:
+            count.conflicts.append({"kept": first.id, "kept_answer": answer_of(first),
+                                    "kept_source": first.source, "dropped": ex.id,
+                                    "dropped_answer": answer_of(ex), "source": ex.source,
+                                    "text": ex.text[:500]})
         return True
-    seen.add(key)
-    return False
+
+    return _drop(examples, repeat, count)
 
 
 def _drop(

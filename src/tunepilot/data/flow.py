@@ -40,12 +40,16 @@ def _run_checks(ws: Workspace, prepared: Any, with_tokenizer: bool) -> list[Find
         from tunepilot.data.images.audit import run_image_audit
 
         findings, facts = run_image_audit(prepared, campaign.data, ws.root, label_map)
-        if with_tokenizer and prepared.folder is not None:  # the report embeds this sheet
+        if with_tokenizer:  # the processor's own output, and the sheet the report embeds
+            from tunepilot.data.images.processed import check_processed_range
             from tunepilot.data.images.show import show_images
 
-            usable = [f.example for f in facts if f.error is None and f.split == "train"]
             encoder = ws.encoder(prepared.label_names)
-            show_images(encoder, usable, "train", ws.root, prepared.folder, 0, 1)
+            usable = {s: [f.example for f in facts if f.error is None and f.split == s]
+                      for s in prepared.splits}  # fmt: skip
+            findings.append(check_processed_range(encoder, usable))
+            if prepared.folder is not None:
+                show_images(encoder, usable["train"], "train", ws.root, prepared.folder, 0, 1)
     else:
         encoder = ws.encoder(prepared.label_names) if with_tokenizer else None
         config = ws.model_config() if with_tokenizer else None

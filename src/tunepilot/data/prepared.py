@@ -17,6 +17,9 @@ class RuleCount:
     changed: int = 0
     dropped: int = 0
     example_ids: list[str] = field(default_factory=list)
+    # drop_exact_duplicates only: dropped copies whose label or answer differs from the copy
+    # kept ({kept, kept_answer, dropped, dropped_answer, source}); the audit reports them
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

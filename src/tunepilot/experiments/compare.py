@@ -1,11 +1,14 @@
 """Variants against their control, over every seed, ending in a decision (V2, V3, V5-V7, H2).
 
-Read from the ledger only: per variant its runs by seed, the final validation evaluation of
-each completed run, mean and standard deviation of the headline metrics over *all* seeds (V6),
-a paired bootstrap confidence interval of the difference to the control on per-example
-predictions, per-class (per-field) deltas, and the guards vs the baseline and the control (H2).
+Read from the ledger (and each run's config.resolved.yaml and env.json): per variant its runs
+by seed, the final validation evaluation of each completed run, mean and standard deviation of
+the headline metrics over *all* seeds (V6), a paired bootstrap confidence interval of the
+difference to the control on per-example predictions, per-class (per-field) deltas, and the
+guards vs the baseline and the control (H2).
 Runs that diverged, were interrupted, failed or are invalid keep their line and reason (V3); a
-run evaluated under another eval config or data version is not compared, and says why (V2).
+run evaluated under another eval config or data version, trained with other settings than its
+variant has in the campaign, or on another backend than the control's, is not compared, and
+says why (V1, V2, B1; eligibility.py).
 The decision follows one written rule (decision.py): guards pass, the gain survives a Holm
 correction across the variants, and it rests on more than one seed; otherwise the control
 stays, a result in its own right (V7).
@@ -33,7 +36,7 @@ from tunepilot.experiments.compare_stats import (
     stacked,
 )
 from tunepilot.experiments.decision import decide
-from tunepilot.experiments.eligibility import incomparable
+from tunepilot.experiments.eligibility import exclude_unpoolable, incomparable
 from tunepilot.experiments.guards import check_guards
 from tunepilot.verdict import Finding, Verdict
 
@@ -60,6 +63,7 @@ class RunLine:
     reason: str = ""
     excluded: str | None = None
     retry_of: str | None = None
+    backend: str | None = None  # what it ran on (B1): set by eligibility.exclude_unpoolable
     # the evidence it contributes: its final validation evaluation
     evaluation_id: int | None = None
     eval_config_hash: str | None = None
@@ -145,6 +149,7 @@ def compare_ledger(
     lines = [_line(finals, r) for r in ledger.list_runs()]
     names = list(dict.fromkeys([CONTROL, *campaign.variants, *(x.variant for x in lines)]))
     cmp.variants = [VariantResult(n, [x for x in lines if x.variant == n]) for n in names]
+    cmp.notes += exclude_unpoolable(cmp.variants, campaign, ledger)
     control = cmp.variants[0]
     evaluated = [x for x in control.runs if x.excluded is None]
     if not evaluated:

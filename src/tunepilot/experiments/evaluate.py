@@ -71,6 +71,8 @@ def eval_config(
         ]
     else:
         metric_names = ["exact_match", "token_f1", "loss"]
+        if encoder.answers_are_json:  # the format guards' rates (H2)
+            metric_names[2:2] = ["json_validity", "schema_validity", "required_field_presence"]
     encoding = encoder.describe()
     return {
         "procedure_version": PROCEDURE_VERSION,
@@ -316,7 +318,9 @@ def generation_summary(
         )
     else:
         gold = [encoder.answer_text(e) for e in examples]
-        scored = format_metrics(gold, outputs, ids=ids_list)
+        scored = format_metrics(gold, outputs, ids=ids_list,
+                                json_answers=encoder.answers_are_json,
+                                required_fields=encoder.required_fields, schema=encoder.schema)
     rows = []
     for g, out, stop, n, row in zip(gold, outputs, stopped, n_tokens, scored["rows"], strict=True):
         rows.append({**row, "gold": g, "output": out, "output_tokens": n, "stopped_at_eos": stop})

@@ -80,7 +80,8 @@ def amend(ws: Workspace, reason: str) -> int:
 
 def baseline(ws: Workspace, as_json: bool) -> int:
     from tunepilot.console import console, print_json
-    from tunepilot.experiments.runner import Session, run_baseline
+    from tunepilot.experiments.baseline import run_baseline
+    from tunepilot.experiments.runner import Session
 
     with _open_ledger(ws) as ledger:
         result = run_baseline(Session(ws), ledger)
@@ -89,6 +90,13 @@ def baseline(ws: Workspace, as_json: bool) -> int:
     else:
         console.print(f"baseline (H3): {_headline(result.metrics)}; "
                       f"predictions kept in {ws.root / 'baseline'}")
+    from tunepilot.experiments.guards import baseline_note
+
+    if note := baseline_note(result.metrics):  # stderr under --json: stdout is the document
+        from tunepilot.console import error_console
+
+        (error_console if as_json else console).print(f"[yellow]note:[/] {note}",
+                                                      highlight=False)  # fmt: skip
     return 0
 
 
@@ -123,17 +131,25 @@ def run_any(ws: Workspace, variants: list[str] | None, seeds: str | None,
 
 def resume_any(ws: Workspace, run_id: str, stop_after: int | None, as_json: bool,
                nproc: int | None = None, torchrun_args: list[str] | None = None,
-               from_step: str | None = None, expect: str | None = None) -> int:
+               from_step: str | None = None, expect: str | None = None,
+               allow_backend_change: bool = False) -> int:
     """A run that trained with replicas resumes with the same strategy and world size.
     `from_step` (`step-N`) picks the checkpoint instead of the newest that verifies; `expect`
-    (a MANIFEST.json sha256) pins it: that checkpoint or a refusal, never a fallback."""
+    (a MANIFEST.json sha256) pins it: that checkpoint or a refusal, never a fallback. A run
+    resumes on the backend it trained on, unless `allow_backend_change` (B1)."""
     from tunepilot.experiments.jobs import distributed_settings_of, resume_distributed
-    from tunepilot.experiments.recovery import pinned_step
+    from tunepilot.experiments.recovery import pinned_step, resume_backend
     from tunepilot.train.checkpoint import latest_checkpoint
     from tunepilot.train.resume_point import parse_step
 
     with _open_ledger(ws) as ledger:  # an unknown id (or a path) is refused before any file read
         run_dir = ledger.run_folder(ledger.get_run(run_id))
+        note = resume_backend(ws, run_id, run_dir, allow_backend_change)
+        if note:
+            ledger.add_note(note, run_id=run_id)
+            from tunepilot.console import error_console
+
+            error_console.print(f"[yellow]note:[/] {note}", highlight=False)
     step = None if from_step is None else parse_step(from_step)
     if expect is not None:
         step = pinned_step(run_id, run_dir, expect, step)
@@ -188,6 +204,10 @@ def run(ws: Workspace, variants: list[str] | None, seeds: str | None, stop_after
     outcomes = []
     pairs = [(name, seed) for name in names for seed in parse_seeds(seeds, ws.campaign.seeds)]
     with _open_ledger(ws) as ledger:
+        from tunepilot.experiments.recovery import other_backends
+
+        if elsewhere := other_backends(ws, ledger):
+            error_console.print(f"[yellow]note:[/] {elsewhere}", highlight=False)
         for index, (name, seed) in enumerate(pairs, start=1):
             place = f"run {index} of {len(pairs)}"
             say.print(f"[bold]{place}[/]: {name} seed {seed}")

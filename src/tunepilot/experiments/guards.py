@@ -8,6 +8,13 @@ are rates a user can read: JSON that parses, JSON that matches the schema, requi
 are present.
 
 Input is the metrics dict `evaluate()` produces (tasks/metrics.py); nothing here needs a model.
+
+The baseline is a reference for a class only where it knows something about that class
+(H3): a head that is new (randomly initialised, not in the checkpoint) answers by chance, and
+a class on which the starting model does no better than always answering the split's
+majority class (its bootstrap interval reaching down to that predictor's score) has nothing
+to lose. `baseline_reference` records both at baseline time; the vs-baseline guard judges the
+other classes only, and says which it left out and why. The control is always a reference.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 
 from tunepilot.campaign import Campaign
 from tunepilot.campaign.variants import CONTROL
+from tunepilot.experiments.compare_stats import CHUNK, LEVEL
 from tunepilot.verdict import Finding, Verdict
 
 EPS = 1e-9  # a drop exactly at the tolerance is allowed; float noise must not fail a guard
@@ -58,16 +66,111 @@ def check_guards(
             )
         )
     else:
-        findings.append(
-            _drops(per_class, _per_class(baseline_metrics, g.metric), g.metric,
-                   g.max_class_drop, "baseline")
-        )  # fmt: skip
+        findings.append(_baseline_drops(per_class, baseline_metrics, g.metric, g.max_class_drop))
     if control_metrics is not None:
         findings.append(
             _drops(per_class, _per_class(control_metrics, g.metric), g.metric,
                    g.max_class_drop, "control")
         )  # fmt: skip
     return findings
+
+
+REFERENCE_RESAMPLES = 1000  # bootstrap draws behind the baseline's per-class lower bounds
+
+
+def baseline_reference(rows: list[dict[str, Any]], new_weights: list[str]) -> dict[str, Any]:
+    """What a classification baseline can be a reference for (H3), from its predictions:
+    `new_weights` (not in the checkpoint: a random head when they are the classifier's), and
+    per guard metric and class the lower end of the baseline's LEVEL bootstrap interval next
+    to the score of always answering the split's majority class."""
+    import numpy as np
+
+    gold = [str(r["gold"]) for r in rows]
+    pred = [str(r["pred"]) for r in rows]
+    names = sorted(set(gold) | set(pred))
+    majority = max(sorted(set(gold)), key=gold.count) if gold else None
+    share = gold.count(majority) / len(gold) if gold else 0.0
+    always = {"f1": 2 * share / (1 + share), "precision": share, "recall": 1.0}
+    # one draw of example weights for every class and metric (chunks bound the memory)
+    cols = np.array([[[g == p == n, p == n, g == n] for n in names]
+                     for g, p in zip(gold, pred, strict=True)], dtype=float)  # (n, K, 3)
+    rng, sums = np.random.default_rng(0), []
+    for start in range(0, REFERENCE_RESAMPLES, CHUNK):
+        size = min(CHUNK, REFERENCE_RESAMPLES - start)
+        weights = rng.multinomial(len(gold), np.full(len(gold), 1 / len(gold)), size=size)
+        sums.append(np.einsum("rn,nkc->rkc", weights.astype(float), cols))
+    tp, npred, ngold = np.moveaxis(np.concatenate(sums), 2, 0)  # each (resamples, K)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scores = {"f1": np.where(npred + ngold > 0, 2 * tp / (npred + ngold), 0.0),
+                  "precision": np.where(npred > 0, tp / npred, 0.0),
+                  "recall": np.where(ngold > 0, tp / ngold, 0.0)}  # fmt: skip
+    tail = (1 - LEVEL) / 2
+    low = {m: {n: round(float(v), 4) for n, v in zip(names, np.quantile(x, tail, axis=0),
+                                                     strict=True)}
+           for m, x in scores.items()}  # fmt: skip
+    return {
+        "new_weights": list(new_weights),
+        "majority_class": majority,
+        "majority_scores": {m: ({majority: round(v, 4)} if majority else {})
+                            for m, v in always.items()},
+        "low": low,
+        "level": LEVEL,
+    }  # fmt: skip
+
+
+def _baseline_drops(
+    per_class: dict[str, tuple[float, int]],
+    baseline: dict[str, Any],
+    metric: str,
+    tolerance: float,
+) -> Finding:
+    """Class drops vs the baseline, on the classes where the baseline is a reference (see the
+    module docstring); the rest are named as not judged, with the reason."""
+    check = "guard: class drop vs baseline"
+    reference = _per_class(baseline, metric)
+    ref = baseline.get("reference") if isinstance(baseline.get("reference"), dict) else None
+    if ref is None:  # recorded before the reference was kept: every class is judged
+        return _drops(per_class, reference, metric, tolerance, "baseline")
+    note = baseline_note(baseline)
+    if note:
+        sentence = (f"not judged: {note}; every class is held to its floor, and a variant to "
+                    "the control")  # fmt: skip
+        return Finding(check, Verdict.WARN, sentence, "H2, H3",
+                       details={"new_head": ref.get("new_weights")})  # fmt: skip
+    chance = ref["majority_scores"].get(metric, {})
+    lows = ref["low"].get(metric, {})
+    meaningful = {n for n, low in lows.items() if low > chance.get(n, 0.0) + EPS}
+    kept = {n: v for n, v in reference.items() if n in meaningful}
+    left = sorted(set(reference) - meaningful)
+    why = (f"{len(left)} class(es) where the baseline does no better than always answering "
+           f"the majority class `{ref.get('majority_class')}` ({LEVEL:.0%} bootstrap interval "
+           f"reaching its score) are not judged against it: {', '.join(left[:6])}")  # fmt: skip
+    if not kept:
+        return Finding(check, Verdict.WARN, f"not judged: {why}; classes are judged by their "
+                       "floors and against the control", "H2, H3",
+                       details={"not_judged": left})  # fmt: skip
+    found = _drops(per_class, kept, metric, tolerance, "baseline")
+    if left:
+        found.sentence += f"; {why}"
+        found.details["not_judged"] = left
+    return found
+
+
+def baseline_note(metrics: dict[str, Any]) -> str | None:
+    """What a reader of a baseline must know before comparing with it (H3): a new head, its
+    scores chance. Said by `tunepilot baseline` and in the dossier."""
+    ref = metrics.get("reference")
+    head = [w for w in (ref or {}).get("new_weights") or [] if _is_head(w)]
+    if not head:
+        return None
+    return (f"the baseline's head is new ({', '.join(head[:4])} randomly initialised, not in "
+            "the checkpoint): its scores are those of a random head, chance and not a starting "
+            "point; class drops are judged against the control instead (H3)")  # fmt: skip
+
+
+def _is_head(weight: str) -> bool:
+    """A new weight of the classification head (`classifier.weight`, `score.bias` ...)."""
+    return any(part in weight.split(".") for part in ("classifier", "score", "head", "fc"))
 
 
 def _per_class(metrics: dict[str, Any], metric: str) -> dict[str, tuple[float, int]]:

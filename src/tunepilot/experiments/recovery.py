@@ -99,3 +99,53 @@ def record_end(ledger: Any, run_id: str, status: str, reason: str) -> None:
 
     with contextlib.suppress(InputError):
         ledger.set_status(run_id, status, reason)
+
+
+def resume_backend(ws: Workspace, run_id: str, run_dir: Path, allow: bool) -> str | None:
+    """B1: a run continues on the backend it trained on. Another one (another kernel library,
+    another card) changes the numbers mid-curve, so resuming there is refused unless `allow`;
+    then the new fingerprint is added to the run's env.json (`resumed_on`), the run counts as
+    run on both, and compare sets it apart from runs of one backend. Returns the note."""
+    import json
+
+    from tunepilot.errors import input_error
+    from tunepilot.measure.env import backend_change, fingerprint, read_env
+
+    before, now = read_env(run_dir), fingerprint()
+    change = backend_change(before, now)
+    if change is None:
+        return None
+    if not allow:
+        raise input_error(
+            f"run {run_id}", f"trained on another backend than this machine's ({change}): the "
+            "rest of its curve would not continue the same measurement (B1)",
+            f"resume it where it trained, or start it here as a new attempt (`tunepilot run "
+            f"{ws.campaign_file} --retry {run_id}`); `--allow-backend-change` resumes anyway "
+            "and marks the run as run on both", title="resume on another backend refused",
+        )  # fmt: skip
+    assert before is not None
+    before.setdefault("resumed_on", []).append(now)
+    (run_dir / "env.json").write_text(json.dumps(before, indent=2, default=str), encoding="utf-8")
+    return (f"{run_id} resumed on another backend ({change}, --allow-backend-change): it ran "
+            "on both, and compare sets it apart from runs of one backend (B1)")
+
+
+def other_backends(ws: Workspace, ledger: Any) -> str | None:
+    """B1, for `run`: a sentence when this campaign's completed runs trained on another
+    backend than this machine's (compare sets runs of one backend side by side only)."""
+    from tunepilot.measure.env import backend_of, fingerprint, read_env
+
+    seen: dict[str, list[str]] = {}
+    for row in ledger.list_runs():
+        if row.status == "completed":
+            found = backend_of(read_env(ledger.run_folder(row)))
+            if found is not None:
+                seen.setdefault(found, []).append(row.id)
+    here = backend_of(fingerprint())
+    others = {b: ids for b, ids in seen.items() if b != here}
+    if not others or here is None:
+        return None
+    shown = "; ".join(f"{len(ids)} on {b} (e.g. {ids[0]})" for b, ids in others.items())
+    return (f"this machine is {here}, but completed runs of this campaign trained elsewhere "
+            f"({shown}): compare sets runs of one backend side by side only (B1); run the "
+            "control here too before comparing what you run now")

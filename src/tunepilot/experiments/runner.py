@@ -69,6 +69,7 @@ class Session:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
         self._encodings: dict[str, Encoded] = {}
+        self.new_weights: list[str] = []  # of the last model built: not in the checkpoint
 
     def encoded(self, campaign: Campaign) -> Encoded:
         """Encode the splits for a (variant) campaign; reused while the encoding is the same."""
@@ -107,6 +108,7 @@ class Session:
             self.ws.model_source, kind, campaign.model, encoded.prepared.label_names or None,
             pad_token_id=getattr(self.ws.tokenizer, "pad_token_id", None),
         )  # fmt: skip
+        self.new_weights = list(loaded.new_keys)
         model = apply_method(loaded, campaign.model, campaign.training.weights_dtype)
         seed_lora(model, seed)  # the same adapter start whatever builds it (lora_init.py)
         # PEFT writes the base's path into every checkpoint's adapter_config.json and card: the
@@ -338,35 +340,6 @@ def record_trainable(ledger: Any, run_id: str, run_dir: Path, model: Any) -> Non
     report = trainable_report(model).to_json()
     (run_dir / "trainable.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     ledger.record_fact(run_id, "trainable", {k: v for k, v in report.items() if k != "rows"})
-
-
-def run_baseline(session: Session, ledger: Any) -> Any:
-    """H3: the starting model on the validation split, before any training, kept in full.
-
-    The hypothesis and guards are fixed in the ledger at this moment (H1): changing them later
-    is an amendment with a reason, never a silent edit.
-    """
-    from tunepilot.ledger import BASELINE
-
-    ws = session.ws
-    campaign = ws.campaign
-    ledger.fix_hypothesis(campaign.hypothesis.model_dump(mode="json"))
-    model = session.build_model(campaign, campaign.training.seed)
-    result = session.evaluate(model, campaign, label="baseline evaluation")
-    ledger.record_evaluation(
-        BASELINE, "validation", result.metrics, eval_config_hash=result.config_hash,
-        data_version=session.encoded(campaign).prepared.version, update=0,
-        predictions=predictions_from_rows(result.rows),
-    )  # fmt: skip
-    out = ws.root / "baseline"
-    out.mkdir(exist_ok=True)
-    (out / "evaluation.json").write_text(json.dumps(
-        {"metrics": result.metrics, "config": result.config, "config_hash": result.config_hash},
-        indent=2, default=str), encoding="utf-8")  # fmt: skip
-    with (out / "predictions.jsonl").open("w", encoding="utf-8") as handle:
-        for row in result.rows:
-            handle.write(json.dumps(row, default=str) + "\n")
-    return result
 
 
 def predictions_from_rows(rows: list[dict[str, Any]]) -> list[Any]:

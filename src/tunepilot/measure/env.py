@@ -292,3 +292,38 @@ def git_commit(folder: str | Path, require_root: bool = False) -> str | None:
     """The HEAD commit of the repository holding `folder`, None when it is not one."""
     state = git_state(folder, require_root=require_root)
     return state["commit"] if state else None
+
+
+def backend_of(env: dict[str, Any] | None) -> str | None:
+    """The backend a fingerprint ran on, as runs are compared by it (B1): the torch build's
+    kind (cpu, cuda, rocm) and the accelerator model(s), e.g. "cuda: NVIDIA H100 80GB HBM3";
+    None when the fingerprint does not say (an older run, a file lost)."""
+    if not isinstance(env, dict) or not isinstance(env.get("torch"), dict):
+        return None
+    kind = env["torch"].get("backend") or "cpu"
+    names = sorted({str(d.get("name")) for d in env.get("devices") or [] if isinstance(d, dict)})
+    own = str(kind) if kind == "cpu" or not names else f"{kind}: {' + '.join(names)}"
+    # a run resumed on another backend (resume --allow-backend-change) ran on both
+    later = [backend_of(e) for e in env.get("resumed_on") or [] if isinstance(e, dict)]
+    return " then ".join(dict.fromkeys([own, *(b for b in later if b)]))
+
+
+def backend_change(before: dict[str, Any] | None, now: dict[str, Any] | None) -> str | None:
+    """Why two fingerprints are not one backend (B1), or None when they are (or one is
+    unknown): numbers from another kernel library or card are not the same measurement, and
+    a platform change means redoing the start-up and quality checks."""
+    a, b = backend_of(before), backend_of(now)
+    if a is None or b is None or a == b:
+        return None
+    return f"{a} -> {b}"
+
+
+def read_env(folder: str | Path) -> dict[str, Any] | None:
+    """A run's recorded fingerprint (`env.json`), None when absent or unreadable."""
+    import json
+
+    try:
+        value = json.loads((Path(folder) / "env.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None

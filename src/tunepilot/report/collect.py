@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tunepilot.campaign import stable_hash
 from tunepilot.console import json_safe
 from tunepilot.data.workspace import Workspace
 from tunepilot.report.config_key import config_key
@@ -166,7 +167,7 @@ def _from_ledger(ws: Workspace) -> dict[str, Any]:
 
 
 def _evaluation(e: Any) -> dict[str, Any]:
-    blocks = {k: v for k, v in e.metrics.items() if k in ("per_class", "per_field")}
+    blocks = {k: v for k, v in e.metrics.items() if k in ("per_class", "per_field", "reference")}
     return {"id": e.id, "split": e.split, "update": e.update, "metrics": scalars(e.metrics),
             **blocks, "eval_config_hash": e.eval_config_hash, "data_version": e.data_version,
             "at": e.at, "n_predictions": e.n_predictions}  # fmt: skip
@@ -223,8 +224,6 @@ def _env_summary(env: Any) -> dict[str, Any] | None:
 
 
 def _hypothesis(ws: Workspace, history: list[dict[str, Any]]) -> dict[str, Any]:
-    from tunepilot.campaign import stable_hash
-
     c = ws.campaign
     current = c.hypothesis.model_dump(mode="json")
     now = stable_hash(current)

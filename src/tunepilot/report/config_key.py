@@ -13,8 +13,6 @@ from typing import Any
 
 import yaml
 
-from tunepilot.campaign import stable_hash
-
 _RUN_BLOCK = re.compile(r"^(_run|tracking):.*?(?=^\S|\Z)", re.M | re.S)
 _TRAINING_SEED = re.compile(r"^(training:\n(?:  .*\n)*?)  seed: -?\d+\n", re.M)
 
@@ -44,10 +42,8 @@ def config_key(folder: Path, keys: dict[str, str | None]) -> str | None:
 
 
 def _seedless_hash(config: Any) -> str | None:
-    if not isinstance(config, dict):
-        return None
-    config.pop("_run", None)
-    config.pop("tracking", None)
-    if isinstance(config.get("training"), dict):
-        config["training"].pop("seed", None)
-    return stable_hash(config)
+    """compare's own key (experiments.eligibility.settings_key): one answer to "are these
+    seeds of one experiment", in the dossier and in the comparison."""
+    from tunepilot.experiments.eligibility import settings_key
+
+    return settings_key(config) if isinstance(config, dict) else None

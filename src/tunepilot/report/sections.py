@@ -293,9 +293,13 @@ def baseline(d: dict[str, Any]) -> str:
     evals = d["baseline"]["evaluations"]
     if not evals:
         return missing("the starting model was never evaluated (H3)", d["commands"]["baseline"])
+    from tunepilot.experiments.guards import baseline_note
+
     keys = headlines(d)
+    notes = {n for x in evals if (n := baseline_note({"reference": x.get("reference")}))}
     return ("<p>The starting model, evaluated before any training on a split kept apart from "
-            "training; its per-example predictions are kept in the ledger (H3).</p>" + table(
+            "training; its per-example predictions are kept in the ledger (H3).</p>"
+            + "".join(f"<p><strong>Note:</strong> {e(n)}.</p>" for n in sorted(notes)) + table(
         ["split", "update", *keys, "loss", "examples", "predictions kept", "eval config",
          "data version", "at"],
         [[e(x["split"]), num(x["update"]), *(num(x["metrics"].get(k)) for k in keys),

@@ -76,6 +76,12 @@ class ChatEncoder(CausalLMEncoder):
             "generation tags" if _GENERATION_TAG.search(template) else "prefix diff"
         )
 
+    @property
+    def answers_are_json(self) -> bool:
+        """Assistant turns are free text unless the hypothesis says they are JSON (fields or a
+        schema), or the task is extraction."""
+        return self.task == "extraction" or bool(self.required_fields or self.schema)
+
     # -- rendering -----------------------------------------------------------------------------
 
     def render(

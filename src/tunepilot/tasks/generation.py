@@ -119,6 +119,13 @@ class CausalLMEncoder:
     def expected_target(self, example: Example) -> str:
         return self.answer_text(example)
 
+    @property
+    def answers_are_json(self) -> bool:
+        """Whether an answer is a JSON object the format guards judge (H2): always for
+        prompt/answer rows (the loader holds format and extraction targets to JSON); for a
+        conversation, when its task is extraction or its hypothesis names fields or a schema."""
+        return True
+
     def training_view(self) -> CausalLMEncoder:
         return self
 

@@ -114,6 +114,18 @@ def token_f1(gold: Any, pred: Any) -> float:
     return _f1(precision, recall)
 
 
+def answer_checks(
+    text: str, required_fields: list[str], schema: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, list[str], bool, bool]:
+    """One output against the answer contract: (the object it parses to or None, schema
+    errors, matches the schema, carries every required field). The one judgement behind the
+    extraction and format rates, so the two tasks can never count them differently."""
+    obj = parse_json_object(text)
+    errors = schema_errors(obj, schema) if (obj is not None and schema) else []
+    present = obj is not None and all(_present(obj, f) for f in required_fields)
+    return obj, errors, obj is not None and not errors, present
+
+
 def _present(obj: dict[str, Any] | None, name: str) -> bool:
     """A required field is present when its key is there. `null` is an answer ("the message
     names no order id"), not an absence: whether null is allowed is the schema's to say, and
@@ -148,10 +160,7 @@ def extraction_metrics(
     rows: list[dict[str, Any]] = []
     n_json = n_schema = n_required = n_exact = 0
     for example_id, gold, text in zip(ids, gold_targets, outputs, strict=True):
-        obj = parse_json_object(text)
-        errors = schema_errors(obj, schema) if (obj is not None and schema) else []
-        schema_ok = obj is not None and not errors
-        fields_present = all(_present(obj, f) for f in required_fields)
+        obj, errors, schema_ok, fields_present = answer_checks(text, required_fields, schema)
         per_field: dict[str, dict[str, Any]] = {}
         for name in fields:
             if name in gold:
@@ -171,7 +180,7 @@ def extraction_metrics(
         exact = obj is not None and _canonical(obj) == _canonical(gold)
         n_json += obj is not None
         n_schema += schema_ok
-        n_required += obj is not None and fields_present
+        n_required += fields_present
         n_exact += exact
         rows.append(
             {
@@ -179,7 +188,7 @@ def extraction_metrics(
                 "valid_json": obj is not None,
                 "schema_ok": schema_ok,
                 "schema_errors": errors,
-                "fields_present": obj is not None and fields_present,
+                "fields_present": fields_present,
                 "exact": exact,
                 "fields": per_field,
             }
@@ -217,25 +226,47 @@ def extraction_metrics(
 
 
 def format_metrics(
-    gold: list[str], outputs: list[str], ids: list[str] | None = None
+    gold: list[str],
+    outputs: list[str],
+    ids: list[str] | None = None,
+    *,
+    json_answers: bool = False,
+    required_fields: list[str] | None = None,
+    schema: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A response-format task: exact match and token F1 of the whole answer text, per example.
 
     Whitespace at both ends is ignored (generation stops at EOS, a trailing newline is not the
-    format). Returns {"metrics": {...}, "rows": [...]}.
+    format). With `json_answers` (the answers are JSON objects: a format campaign's targets, or
+    a conversation whose hypothesis declares required fields or a schema) the format guards'
+    rates come too, judged as extraction judges them (`answer_checks`): `json_validity`,
+    `schema_validity` (= json_validity without a schema) and `required_field_presence`.
+    Returns {"metrics": {...}, "rows": [...]}.
     """
     if len(gold) != len(outputs):
         raise ValueError(f"{len(gold)} gold answers but {len(outputs)} outputs")
     ids = ids if ids is not None else [str(i) for i in range(len(outputs))]
+    required = list(required_fields or [])
     rows = []
     for example_id, g, o in zip(ids, gold, outputs, strict=True):
-        rows.append({"id": example_id, "exact": g.strip() == o.strip(), "token_f1": token_f1(g, o)})
+        row: dict[str, Any] = {"id": example_id, "exact": g.strip() == o.strip(),
+                               "token_f1": token_f1(g, o)}  # fmt: skip
+        if json_answers:
+            obj, errors, schema_ok, present = answer_checks(o, required, schema)
+            row.update(valid_json=obj is not None, schema_ok=schema_ok, schema_errors=errors,
+                       fields_present=present)  # fmt: skip
+        rows.append(row)
     n = len(rows)
-    return {
-        "metrics": {
-            "n": n,
-            "exact_match": _safe_div(sum(r["exact"] for r in rows), n),
-            "token_f1": _safe_div(sum(r["token_f1"] for r in rows), n),
-        },
-        "rows": rows,
+    metrics: dict[str, Any] = {
+        "n": n,
+        "exact_match": _safe_div(sum(r["exact"] for r in rows), n),
+        "token_f1": _safe_div(sum(r["token_f1"] for r in rows), n),
     }
+    if json_answers:
+        metrics.update(
+            json_validity=_safe_div(sum(r["valid_json"] for r in rows), n),
+            schema_validity=_safe_div(sum(r["schema_ok"] for r in rows), n),
+            required_field_presence=_safe_div(sum(r["fields_present"] for r in rows), n),
+            schema_checked=schema is not None,
+        )
+    return {"metrics": metrics, "rows": rows}

@@ -7,6 +7,10 @@
     units.py    the leakage unit (D8): groups across splits, time periods that overlap
     answers.py  gold answers held to the campaign's target schema before any training
     chat.py     chat rows: repeated user turns, shared openings, turn ends
+    conflicts.py  one text under two labels (deduplicated copies included), two spellings
+    leakage.py  the answer written in the input: class names, pasted answers, echoed turns
+    shape.py    splits built alike: system prompts and template parts in every split
+    tokens.py   special tokens written once (no BOS or EOS twice); one encoding per row
 
 May import the data stage's own building blocks (prepared, clean, normalize, split, generic),
 tasks, campaign and the shared leaves; never `data.workspace`, `data.flow` or `data.images`

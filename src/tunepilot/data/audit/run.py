@@ -25,6 +25,7 @@ from tunepilot.data.audit.chat import (
     check_shared_openings,
     check_turn_end,
 )
+from tunepilot.data.audit.conflicts import check_conflicting_answers, check_label_spellings
 from tunepilot.data.audit.dedup import DuplicateGroup, NearPair, build_index, exact_duplicates
 from tunepilot.data.audit.dedup import near_duplicates as find_near_duplicates
 from tunepilot.data.audit.labels import (
@@ -42,6 +43,9 @@ from tunepilot.data.audit.labels import (
     check_position_limit,
     check_unseen_labels,
 )
+from tunepilot.data.audit.leakage import check_target_leakage
+from tunepilot.data.audit.shape import check_rows_built_alike
+from tunepilot.data.audit.tokens import EncodingMemo, check_special_tokens
 from tunepilot.data.audit.units import check_group_leakage, check_time_overlap
 from tunepilot.data.generic import GenericTexts, generic_texts
 from tunepilot.data.prepared import PreparedData, RuleCount
@@ -65,6 +69,7 @@ def run_audit(
     `hypothesis` brings the answer contract (extraction); `model_config` is the base model's
     config.json, for its position limit."""
     splits, audit = prepared.splits, data.audit
+    encoder = EncodingMemo(encoder) if encoder is not None else None  # one encoding per row
     index = build_index(splits)  # one normalisation pass shared by both duplicate searches
     groups = exact_duplicates(splits, index=index)
     threshold = audit.near_duplicate_threshold
@@ -78,7 +83,13 @@ def run_audit(
         check_exact_across(splits, groups, generic, apart),
         check_near_duplicates(splits, pairs, threshold, generic, apart),
         leakage,
-    ]
+        check_conflicting_answers(splits, groups, prepared.cleaning, task,
+                                  generic.is_generic if generic is not None else None),
+        check_target_leakage(splits, task, audit.target_leak_share,
+                             data.chat.assistant_turns if data.chat is not None else "last"),
+    ]  # fmt: skip
+    if task not in CLASSIFICATION_TASKS:
+        findings.append(check_rows_built_alike(splits))
     if data.chat is not None:
         findings.append(check_same_user_turns(splits))
         if data.split.policy != "group":  # under a group split the group check covers it
@@ -89,6 +100,7 @@ def run_audit(
         findings.append(check_time_overlap(splits, data.fields.time, data.split.policy,
                                            data.fields.group))  # fmt: skip
     if task in CLASSIFICATION_TASKS:
+        findings.append(check_label_spellings(splits, data.labels))
         findings.append(check_unseen_labels(splits))
         findings.append(check_class_balance(splits, prepared.label_names, audit))
         if model_label_map is not None:
@@ -101,6 +113,7 @@ def run_audit(
         findings.append(check_position_limit(data.max_length, model_config))
     if encoder is not None:
         findings.append(check_lengths(splits, encoder, task, data.max_length, audit))
+        findings.append(check_special_tokens(splits, encoder))
     return findings
 
 
@@ -120,6 +133,8 @@ def check_cleaning(counts: list[RuleCount]) -> Finding:
         return Finding("cleaning", PASS, "no cleaning rules declared", "D1")
     parts = [
         f"{c.rule} changed {c.changed}" + (f", dropped {c.dropped}" if c.dropped else "")
+        + (f" ({len(c.conflicts)} of them with another label or answer than the copy kept: "
+           "see `conflicting labels`)" if c.conflicts else "")
         for c in counts
     ]
     ids = [i for c in counts for i in c.example_ids][:SHOWN]

@@ -6,6 +6,10 @@
                   across splits, file properties or pixels that alone identify a class
     near.py       near-duplicate images (perceptual hash, then a pixel comparison)
     shortcuts.py  a file property that predicts the class on its own
+    crops.py      cropped copies across splits (a grid of boxes, confirmed pixel for pixel)
+    pixels.py     a border or watermark that tells a class, grey vs colour per split, flips
+                  that turn one class into another
+    processed.py  the pixel range the model's processor really hands the model
     show.py       `data show` for images: every preprocessing step with shape and range
     sheet.py      the pictures: contact sheet, near-duplicate pairs
 

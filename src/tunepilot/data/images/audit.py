@@ -14,9 +14,14 @@ pixels and perceptual hashes (`imagehash.phash`). The checks read only those fac
   are ignored, or when applying them leaves one split portrait and another landscape (tags
   stripped without rotating); otherwise WARN, named so a person can look at them;
 * mixed colour modes, named (each becomes RGB);
-* a property that alone identifies a class (all 7s are 16 x 16, all 4s are RGBA): a rule
-  learned on the training split from that property alone, scored on the evaluation splits
-  against the majority-class rate. A model learns such a shortcut first; FAIL.
+* a property that alone identifies a class (all 7s are 16 x 16, all 4s are RGBA, all 3s
+  grey among colour pictures): a rule learned on the training split from that property
+  alone, scored on the evaluation splits against the majority-class rate. A model learns
+  such a shortcut first; FAIL;
+* cropped copies across splits (`crops.py`), a frame, border or watermark that identifies a
+  class, one class grey in one split and colour in another, a declared flip that turns one
+  class into another (`pixels.py`), the same pixels under two labels, two spellings of one
+  class; with the model's processor, the pixel values the model gets (`processed.py`).
 
 Group and time splits, unseen labels, class balance and the head's label mapping are the text
 audit's own checks, run on the same examples.
@@ -29,6 +34,12 @@ from pathlib import Path
 
 from tunepilot.campaign import DataSettings
 from tunepilot.campaign.image_settings import ImageSettings
+from tunepilot.data.audit.conflicts import (
+    Member,
+    check_label_spellings,
+    conflict_finding,
+    conflicting_groups,
+)
 from tunepilot.data.audit.labels import (
     SHOWN,
     check_class_balance,
@@ -36,8 +47,15 @@ from tunepilot.data.audit.labels import (
     check_unseen_labels,
 )
 from tunepilot.data.audit.units import check_group_leakage, check_time_overlap
-from tunepilot.data.images.facts import GREY_SPREAD, THUMB, ImageFacts
+from tunepilot.data.images.crops import check_cropped_copies
+from tunepilot.data.images.facts import DETAIL, GREY_SPREAD, THUMB, ImageFacts
 from tunepilot.data.images.near import check_near_images
+from tunepilot.data.images.pixels import (
+    border_stats,
+    check_border_shortcuts,
+    check_colour_per_split,
+    check_flip_confusion,
+)
 from tunepilot.data.images.shortcuts import check_shortcuts
 from tunepilot.data.prepared import PreparedData
 from tunepilot.tasks.example import SPLITS
@@ -82,6 +100,9 @@ def scan(prepared: PreparedData, root: Path, settings: ImageSettings) -> list[Im
             colour = np.asarray(small, dtype=np.float32) / 255.0
             if float(np.abs(colour - colour.mean(axis=2, keepdims=True)).mean()) > GREY_SPREAD:
                 facts.colour = colour
+            wide = image.resize((DETAIL, DETAIL), Image.Resampling.BILINEAR).convert("L")
+            facts.detail = np.asarray(wide, dtype=np.uint8)
+            facts.border = border_stats(image)
             out.append(facts)
     return out
 
@@ -103,15 +124,21 @@ def run_image_audit(
         check_extensions(good),
         check_exact_images(good),
         check_near_images(good, settings, prepared.folder),
+        check_cropped_copies(good, settings),
         check_exif(good, settings),
         check_modes(good),
         check_shortcuts(good, settings),
+        check_border_shortcuts(good, settings),
+        check_colour_per_split(good),
+        check_flip_confusion(good, settings),
         check_group_leakage(splits, data.fields.group, data.split.policy),
     ]
     if data.fields.time:
         findings.append(check_time_overlap(splits, data.fields.time, data.split.policy,
                                            data.fields.group))  # fmt: skip
     findings += [
+        check_label_spellings(splits, data.labels),
+        check_conflicting_pictures(good),
         check_unseen_labels(splits),
         check_class_balance(splits, prepared.label_names, data.audit),
     ]
@@ -140,6 +167,15 @@ def check_unusable(facts: list[ImageFacts]) -> Finding:
     )
     details = {"files": [{"file": f.name, "split": f.split, "reason": f.error} for f in bad[:50]]}
     return Finding(check, FAIL, sentence, "D3", [f.example.id for f in bad[:SHOWN]], details)
+
+
+def check_conflicting_pictures(good: list[ImageFacts]) -> Finding:
+    """D2/D6: the same pixels under two labels (the text audit's `conflicting labels`)."""
+    by_hash: dict[str, list[Member]] = defaultdict(list)
+    for f in good:
+        by_hash[f.pixels].append(Member(f.split, f.example.id, f.name, str(f.example.label)))
+    return conflict_finding(conflicting_groups(list(by_hash.values())), [],
+                            "image_classification", "picture")  # fmt: skip
 
 
 def check_extensions(good: list[ImageFacts]) -> Finding:

@@ -5,13 +5,14 @@ orientation, pixel hash, perceptual hashes (as stored and mirrored) and small th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tunepilot.tasks.example import Example
 
 THUMB = 16  # side of the thumbnails near duplicates are confirmed on
+DETAIL = 64  # side of the greyscale copy cropped copies are searched in
 GREY_SPREAD = 0.01  # mean distance of a thumbnail's channels from their mean: below, grey
 
 
@@ -33,6 +34,8 @@ class ImageFacts:
     mirrored_phash: int = 0  # of the left-right mirror: a flipped copy is a copy too
     thumb: Any = None  # float32 THUMB x THUMB greyscale in [0, 1]
     colour: Any = None  # float32 THUMB x THUMB x 3 RGB in [0, 1]; None for a grey picture
+    detail: Any = None  # uint8 DETAIL x DETAIL greyscale: where a cropped copy is looked for
+    border: dict[str, float] = field(default_factory=dict)  # pixels.border_stats
 
     @property
     def name(self) -> str:
@@ -53,4 +56,5 @@ class ImageFacts:
             "format": self.file_format,
             "aspect ratio": f"{w / h:.2f}" if h else "?",
             "EXIF orientation": str(self.orientation),
+            "colour": "grey" if self.colour is None else "colour",  # by pixels, any mode
         }
