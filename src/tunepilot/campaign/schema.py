@@ -30,7 +30,7 @@ from tunepilot.campaign.hypothesis import (
     Hypothesis,
 )
 from tunepilot.campaign.image_settings import ImageSettings
-from tunepilot.campaign.training_parts import Budget, StopCauses
+from tunepilot.campaign.training_parts import Budget, LossSettings, StopCauses
 
 # --------------------------------------------------------------------------------------------
 # model (P1, P4)
@@ -241,7 +241,7 @@ class Distributed(Strict):
     nproc: int = Field(default=1, ge=1)
 
 
-class TrainingSettings(Strict):
+class TrainingSettings(LossSettings):
     microbatch: int = Field(default=2, ge=1)
     accumulation: int = Field(default=8, ge=1)
     budget: Budget = Field(default_factory=lambda: Budget(updates=200))

@@ -104,6 +104,7 @@ def evaluate(
     device: str = "cpu",
     label: str | None = None,
     synced: bool = False,
+    loss_chunks: int = 8,
 ) -> EvalResult:
     """Evaluate `model` on `examples` with the fixed procedure; the model's mode is restored.
 
@@ -112,7 +113,10 @@ def evaluate(
     prompt; rows {id, output, gold, ...extraction or format checks}.
     `label` names a standalone evaluation (baseline, sealed test) whose progress is shown;
     evaluations inside training stay quiet under the training's own progress. `synced` keeps
-    generation in step with the other ranks (FSDP forwards are collectives).
+    generation in step with the other ranks (FSDP forwards are collectives). `loss_chunks`
+    cuts a batch's loss positions (`train.loss.eval_chunks`); generation's prefill computes
+    the last position's logits only (transformers' `logits_to_keep`, which `generate` sets
+    where the model supports it).
     """
     import time
 
@@ -136,7 +140,8 @@ def evaluate(
                 metrics, rows, sums = _classify(model, encoder, examples, batch_size, device, bar)
             else:
                 metrics, rows, sums = _generate(
-                    model, encoder, examples, batch_size, max_new_tokens, device, bar, synced
+                    model, encoder, examples, batch_size, max_new_tokens, device, bar, synced,
+                    loss_chunks,
                 )
             bar.advance(len(examples))
     finally:
@@ -234,24 +239,23 @@ def classification_summary(
     return metrics
 
 
-def _answer_loss(model: Any, encoded: list[Any], pad: int, device: str) -> tuple[float, int]:
-    """Summed next-token cross-entropy on the loss positions of a batch, and their count."""
+def _answer_loss(
+    model: Any, encoded: list[Any], pad: int, device: str, chunks: int
+) -> tuple[float, int]:
+    """Summed next-token cross-entropy on the loss positions of a batch, and their count:
+    the training loss's own chunks (`train.loss`), so no full fp32 logits of the batch."""
     import torch
+
+    from tunepilot.train.loss import causal_lm_summed_loss
 
     ids, mask = _batch([e.input_ids for e in encoded], pad, left=False, device=device)
     width = ids.shape[1]
     labels = torch.tensor(
         [e.labels + [IGNORE_INDEX] * (width - len(e.labels)) for e in encoded], device=device
     )
-    logits = model(input_ids=ids, attention_mask=mask).logits.float()
-    shifted, targets = logits[:, :-1, :], labels[:, 1:]
-    loss = torch.nn.functional.cross_entropy(
-        shifted.reshape(-1, shifted.shape[-1]),
-        targets.reshape(-1),
-        ignore_index=IGNORE_INDEX,
-        reduction="sum",
-    )
-    return loss.item(), int((targets != IGNORE_INDEX).sum().item())
+    loss = causal_lm_summed_loss(model, {"input_ids": ids, "attention_mask": mask}, labels,
+                                 chunks=chunks, use_cache=False)  # fmt: skip
+    return loss.item(), int((labels[:, 1:] != IGNORE_INDEX).sum().item())
 
 
 def _generate(
@@ -263,6 +267,7 @@ def _generate(
     device: str,
     bar: Progress,
     synced: bool = False,
+    loss_chunks: int = 8,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, float]]:
     tokenizer = encoder.tokenizer
     pad, eos = pad_id_of(tokenizer), tokenizer.eos_token_id
@@ -275,7 +280,7 @@ def _generate(
         bar.advance(i)
         encoded = [encoder.encode(e) for e in chunk]
         answers_cut += sum(e.target_truncated for e in encoded)
-        s, n = _answer_loss(model, encoded, pad, device)
+        s, n = _answer_loss(model, encoded, pad, device, loss_chunks)
         loss_sum, loss_tokens = loss_sum + s, loss_tokens + n
         prompts = [encoder.prompt_ids(e) for e in chunk]
         ids, mask = _batch(prompts, pad, left=True, device=device)

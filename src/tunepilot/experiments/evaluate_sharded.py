@@ -35,6 +35,7 @@ from tunepilot.experiments.evaluate import (
 def evaluate_sharded(
     model: Any, encoder: Any, examples: list[Any], batch_size: int, max_new_tokens: int,
     device: str, *, rank: int, world_size: int, lockstep: bool, label: str | None = None,
+    loss_chunks: int = 8,
 ) -> EvalResult:  # fmt: skip
     """`evaluate.evaluate` of `examples`, shared over `world_size` ranks; every rank returns
     the whole result. `lockstep`: the model's forwards are collectives (FSDP)."""
@@ -44,12 +45,13 @@ def evaluate_sharded(
     part: EvalResult | None = None
     if mine:
         part = evaluate(model, encoder, [examples[i] for i in mine], batch_size, max_new_tokens,
-                        device, label=label, synced=lockstep)  # fmt: skip
+                        device, label=label, synced=lockstep,
+                        loss_chunks=loss_chunks)  # fmt: skip
     if lockstep:
         most = math.ceil(len(examples) / world_size)
         for _ in range(_batches(most, batch_size) - _batches(len(mine), batch_size)):
             evaluate(model, encoder, examples[:1], batch_size, max_new_tokens, device,
-                     synced=True)  # a throw-away batch: the other ranks run one more
+                     synced=True, loss_chunks=loss_chunks)  # a throw-away batch for the others
     payload = json.dumps({"index": mine, "rows": part.rows if part else [],
                           "sums": part.sums if part else {}, "seconds": part.timings.get(
                               "seconds", 0.0) if part else 0.0})  # fmt: skip
@@ -72,15 +74,16 @@ def evaluate_sharded(
 
 def evaluate_on_ranks(
     model: Any, encoder: Any, examples: list[Any], batch_size: int, max_new_tokens: int,
-    device: str, label: str | None, ranks: tuple[int, int, bool] | None,
+    device: str, label: str | None, ranks: tuple[int, int, bool] | None, loss_chunks: int = 8,
 ) -> EvalResult:  # fmt: skip
     """The one procedure in one process, or shared when `ranks` (rank, world size, forwards
     are collectives) holds more than one rank."""
     if ranks is None or ranks[1] == 1:
-        return evaluate(model, encoder, examples, batch_size, max_new_tokens, device, label)
+        return evaluate(model, encoder, examples, batch_size, max_new_tokens, device, label,
+                        loss_chunks=loss_chunks)  # fmt: skip
     return evaluate_sharded(model, encoder, examples, batch_size, max_new_tokens, device,
                             rank=ranks[0], world_size=ranks[1], lockstep=ranks[2],
-                            label=label)  # fmt: skip
+                            label=label, loss_chunks=loss_chunks)  # fmt: skip
 
 
 def _batches(n: int, batch_size: int) -> int:

@@ -126,12 +126,15 @@ class Session:
         `ranks` (rank, world size, forwards are collectives) shares it over data-parallel
         ranks, each of which ends with the whole result (evaluate_sharded.py)."""
         from tunepilot.experiments.evaluate_sharded import evaluate_on_ranks
+        from tunepilot.train.loss import eval_chunks
 
         encoded = self.encoded(campaign)
         split = examples if examples is not None else encoded.prepared.splits["validation"]
         t = campaign.training
+        chunks = eval_chunks(t.loss_chunks, t.microbatch, t.eval_batch_size)
         result = evaluate_on_ranks(model, encoded.encoder, split, t.eval_batch_size,
-                                   t.max_new_tokens, _device_of(model), label, ranks)  # fmt: skip
+                                   t.max_new_tokens, _device_of(model), label, ranks,
+                                   chunks)  # fmt: skip
         # what this encoding did to the training answers, judged by compare (S6)
         result.metrics["train_answers_cut"] = sum(e.target_truncated for e in encoded.train)
         return result

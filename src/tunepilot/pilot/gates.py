@@ -134,7 +134,7 @@ def load_gate(state: PilotState) -> Outcome:
 def update_audit_gate(state: PilotState) -> Outcome:
     """Gate 5: two real updates on a real batch change exactly the trainable tensors (P3)."""
     from tunepilot.model.params import update_audit
-    from tunepilot.train.batching import UpdateSampler, collate, count_targets, summed_loss
+    from tunepilot.train.batching import UpdateSampler, collate, count_targets, microbatch_loss
 
     t, data, kind = state.training, state.encoded.train, state.kind
     sampler = UpdateSampler([len(e.input_ids) for e in data], t.microbatch, 1, seed=t.seed)
@@ -145,8 +145,8 @@ def update_audit_gate(state: PilotState) -> Outcome:
     state.shape = {"microbatch": len(ids), "length": length, "accumulation": 1}
 
     def batch_loss(model: Any) -> Any:
-        logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
-        return summed_loss(logits, batch["labels"], kind) / count_targets(batch, kind)
+        loss = microbatch_loss(model, batch, kind, chunks=t.loss_chunks)  # as the loop's
+        return loss / count_targets(batch, kind)
 
     # The audit reads every gradient after backward: with the step in backward they are freed
     # in the hooks, so it steps the same optimizer after backward (which parameters move is

@@ -7,10 +7,10 @@ peak minus baseline; on CUDA allocated and reserved are separate columns, never 
 device-synchronised duration, PASS / WARN / FAIL and one sentence.
 
 What happens when a gate cannot finish is decided here, once:
-- out of memory (S6): the row names the phase and its input shape and proposes, in order, a
-  smaller microbatch with more accumulation (same examples per update), activation
-  checkpointing, lower precision, a sharded strategy, and a shorter max_length only when the
-  audit shows no target would be cut; the pilot goes on with what can still be checked;
+- out of memory (S6): the row names the phase and its input shape and proposes that phase's
+  own knobs (`pilot.oom_advice`: a training step's microbatch, checkpointing, precision,
+  sharding; evaluation's eval batch and longest validation example); the pilot goes on with
+  what can still be checked;
 - a set-up that would train silently wrong (`SetupFailure`) or bad input (`InputError`):
   FAIL with its own sentence;
 - anything else: FAIL naming the exception, with the traceback kept in gates.json.
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import InputError
 from tunepilot.measure.memory import MemoryProbe, human_bytes, is_out_of_memory
+from tunepilot.pilot.oom_advice import oom_proposals
 from tunepilot.progress import start_line
 from tunepilot.verdict import Verdict
 
@@ -208,7 +209,7 @@ def _failure(state: PilotState, gate: Gate, exc: BaseException, inputs: dict[str
     inputs = {**inputs, **shape}
     if is_out_of_memory(exc):
         _release_memory(state)
-        proposals = oom_proposals(state, inputs)
+        proposals = oom_proposals(state, inputs, gate.name)
         sentence = f"out of memory in {gate.name} at {describe_inputs(inputs)}: " + "; ".join(
             proposals
         )
@@ -250,67 +251,6 @@ def describe_inputs(inputs: dict[str, Any]) -> str:
         f"{shape}, {inputs['precision']}, accumulation {inputs['accumulation']}, activation "
         f"checkpointing {'on' if inputs['activation_checkpointing'] else 'off'}, world size "
         f"{inputs['world_size']}"
-    )
-
-
-def oom_proposals(state: PilotState, inputs: dict[str, Any]) -> list[str]:
-    """S6, in order: what to try when a phase runs out of memory at `inputs`."""
-    t = state.training
-    mb, acc = int(inputs["microbatch"]), int(inputs["accumulation"])
-    out: list[str] = []
-    if mb > 1:
-        smaller = mb // 2
-        more = acc * mb // smaller if (acc * mb) % smaller == 0 else acc * 2
-        out.append(
-            f"1) training.microbatch={smaller} with training.accumulation={more} (same "
-            f"{mb * acc} examples per update; activations shrink, weights and optimizer state "
-            "do not)"
-        )
-    else:
-        out.append("1) the microbatch is already 1: accumulation cannot free more activations")
-    out.append(
-        "2) training.activation_checkpointing=true (recomputes activations in backward)"
-        if not inputs["activation_checkpointing"]
-        else "2) activation checkpointing is already on"
-    )
-    out.append(
-        "3) training.precision=bf16 (on a card with bf16; fp16 on one without)"
-        if inputs["precision"] == "fp32"
-        else f"3) precision is already {inputs['precision']}"
-    )
-    out.append(
-        "4) a sharded strategy: training.distributed.strategy=fsdp over several GPUs (B4)"
-        if t.distributed.strategy != "fsdp"
-        else "4) FSDP is already on: add GPUs"
-    )
-    out.append("5) " + shorter_length_advice(state))
-    return out
-
-
-def shorter_length_advice(state: PilotState) -> str:
-    """S6: a shorter max_length only when the audit shows no target would be cut."""
-    max_length = state.campaign.data.max_length
-    lengths = sorted(
-        len(e.input_ids) for e in (state.encoded.train if state.encoded is not None else [])
-    )
-    if not lengths:
-        return "a shorter data.max_length cannot be judged: the data was not encoded"
-    shorter = lengths[min(len(lengths) - 1, int(0.95 * (len(lengths) - 1)))]
-    if shorter >= max_length or shorter >= lengths[-1]:
-        return (
-            f"a shorter data.max_length would not help: the longest example has {lengths[-1]} "
-            f"tokens and max_length is {max_length}"
-        )
-    cut = sum(1 for n in lengths if n > shorter)
-    if state.kind == "classification":
-        return (
-            f"data.max_length={shorter} (the 95th percentile) cuts the text of {cut} training "
-            "examples but no target (classification); check the audit that the end of a text "
-            "cannot decide its class"
-        )
-    return (
-        f"not a shorter data.max_length: at {shorter} tokens {cut} training examples would "
-        "lose answer tokens, and a fit bought by cutting the answer is another experiment"
     )
 
 

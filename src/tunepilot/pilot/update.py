@@ -52,6 +52,7 @@ def train_update(
 
     from tunepilot.train.batching import collate, count_targets
     from tunepilot.train.loop import backward_update
+    from tunepilot.train.loss import kernel_that_runs
     from tunepilot.train.optimizer import update_norm
     from tunepilot.train.precision import autocast_and_scaler
 
@@ -62,6 +63,7 @@ def train_update(
         "accumulation": len(microbatches),
     }
     autocast, fresh = autocast_and_scaler(state.training.precision, device)
+    kernel = kernel_that_runs(state.training.loss_kernel, getattr(device, "type", str(device)))
     if state.scaler is None:
         state.scaler = fresh
     scaler = state.scaler
@@ -79,7 +81,8 @@ def train_update(
     deferred = keep_grads or not step or len(batches) > 1  # several microbatches: one step
     held = optimizer.deferred() if in_backward and deferred else nullcontext()
     with held:
-        loss = backward_update(model, batches, kind, targets, autocast=autocast, scaler=scaler)
+        loss = backward_update(model, batches, kind, targets, autocast=autocast, scaler=scaler,
+                               loss_chunks=state.training.loss_chunks, loss_kernel=kernel)
     loss = float(loss) / targets
     if keep_grads:
         synchronize(device)

@@ -275,12 +275,16 @@ def backward_update(
     scaler: Any = None,
     is_ddp: bool = False,
     weight: float = 1.0,
+    loss_chunks: int = 8,
+    loss_kernel: str = "plain",
 ) -> torch.Tensor:
     """Forward + backward every microbatch of one update; returns the detached loss sum.
 
     `normaliser` is the target count of the whole update (all microbatches, all ranks), so
     the accumulated gradient is that of the update's mean loss (S2). `weight` 0 makes a pass
-    that contributes nothing, for a DDP rank without a share of a partial update.
+    that contributes nothing, for a DDP rank without a share of a partial update. A causal
+    LM's loss is the chunked one of `train.loss` (`loss_chunks` pieces, `loss_kernel` the
+    implementation that runs); a classifier's is `summed_loss` of its logits.
     """
     import torch
 
@@ -289,12 +293,28 @@ def backward_update(
         # Under DDP only the last microbatch's backward all-reduces the gradients.
         last = i == len(microbatches) - 1
         with contextlib.nullcontext() if last or not is_ddp else model.no_sync():
-            with autocast():
-                extra = {"use_cache": False} if kind == "causal_lm" else {}
-                inputs = {k: v for k, v in batch.items() if k != "labels"}  # token ids or pixels
-                logits = model(**inputs, **extra).logits
-            loss = summed_loss(logits, batch["labels"], kind) * weight
+            loss = microbatch_loss(model, batch, kind, autocast=autocast, chunks=loss_chunks,
+                                   kernel=loss_kernel) * weight  # fmt: skip
             scaled = loss / normaliser
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         total = loss.detach().to(torch.float64) + total
     return total if isinstance(total, torch.Tensor) else torch.zeros((), dtype=torch.float64)
+
+
+def microbatch_loss(
+    model: Any, batch: dict[str, torch.Tensor], kind: Kind, *,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    chunks: int = 8, kernel: str = "plain",
+) -> torch.Tensor:  # fmt: skip
+    """The summed loss of one collated microbatch, as training, the pilot and the dry run
+    compute it: chunked over the loss positions for a causal LM (`train.loss`), from the
+    logits for a classifier."""
+    inputs = model_inputs(batch)  # token ids or pixels
+    if kind == "causal_lm":
+        from tunepilot.train.loss import causal_lm_summed_loss
+
+        return causal_lm_summed_loss(model, inputs, batch["labels"], chunks=chunks,
+                                     kernel=kernel, autocast=autocast, use_cache=False)  # fmt: skip
+    with autocast():
+        logits = model(**inputs).logits
+    return summed_loss(logits, batch["labels"], kind)

@@ -56,6 +56,7 @@ from tunepilot.train.checkpoint import (
 )
 from tunepilot.train.distributed import all_reduce_grads, all_reduce_value, is_fully_sharded
 from tunepilot.train.feed import UpdateFeed
+from tunepilot.train.loss import kernel_that_runs
 from tunepilot.train.optimizer import build_optimizer, host_values, update_norm
 from tunepilot.train.precision import autocast_and_scaler
 from tunepilot.train.records import Records, RecordSink
@@ -130,6 +131,7 @@ def train(
     run_dir = Path(run_dir)
     device = next(model.parameters()).device
     autocast, scaler = autocast_and_scaler(settings.precision, device)
+    loss_kernel = kernel_that_runs(settings.loss_kernel, device.type)  # as env.json records
     is_ddp = hasattr(model, "no_sync")
     # FSDP2 (`fully_shard`) averages gradients over ranks in backward like DDP, but its state
     # is sharded: every rank joins evaluation and checkpoints (gathers), rank 0 writes (B4).
@@ -265,7 +267,8 @@ def train(
             loss_sum = backward_update(
                 model, microbatches, kind, targets / world_size if syncs_itself else targets,
                 autocast=autocast, scaler=scaler, is_ddp=is_ddp,
-                weight=1.0 if batch.microbatches else 0.0,
+                weight=1.0 if batch.microbatches else 0.0, loss_chunks=settings.loss_chunks,
+                loss_kernel=loss_kernel,
             )  # fmt: skip
             if world_size > 1 and not syncs_itself:
                 all_reduce_grads(params)

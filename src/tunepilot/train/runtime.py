@@ -36,18 +36,22 @@ def on_this_machine(settings: Any) -> Any:
 
 def require_backends(model: Any, training: Any, device_type: str | None = None) -> None:
     """Refuse what this machine cannot train (exit 2, the key and the fix), before anything
-    is recorded: an nf4/int8 base or a bitsandbytes optimizer anywhere but on CUDA."""
+    is recorded: an nf4/int8 base or a bitsandbytes optimizer anywhere but on CUDA, a loss
+    kernel library that is not installed."""
     from tunepilot.model.base_dtype import default_device_type, require_quantization_backend
+    from tunepilot.train.loss import check_kernel
     from tunepilot.train.optimizer import require_optimizer_backend
 
     device_type = device_type or default_device_type()
     if model.base_dtype:
         require_quantization_backend(model.base_dtype, device_type)
     require_optimizer_backend(training.optimizer, device_type)
+    check_kernel(training.loss_kernel)
 
 
 def runtime_record(settings: Any, device_type: str) -> dict[str, Any]:
     """What a run of `settings` (TrainingSettings) does on `device_type`, for env.json."""
+    from tunepilot.train.loss import kernel_that_runs
     from tunepilot.train.optimizer import describe_optimizer
 
     cuda = device_type == "cuda"
@@ -58,6 +62,8 @@ def runtime_record(settings: Any, device_type: str) -> dict[str, Any]:
         "optimizer": describe_optimizer(settings, device_type),
         "optimizer_in_backward": settings.optimizer_in_backward,
         "tf32": bool(settings.tf32) if cuda else None,
+        "loss": {"kernel": kernel_that_runs(settings.loss_kernel, device_type),
+                 "chunks": settings.loss_chunks},  # a causal LM's (train.loss)
         "input": ("pinned host memory, non_blocking copies, next update collated while the "
                   "device works" if cuda else "collated on the host, next update prepared "
                   "before the loss is read"),  # fmt: skip

@@ -176,14 +176,23 @@ def train_step(
     The dry run runs it on meta tensors; `dry_run.check` runs it on real ones to compare.
     """
     from tunepilot.train.batching import summed_loss
+    from tunepilot.train.loss import causal_lm_summed_loss
     from tunepilot.train.optimizer import update_norm
 
     tracker.region = "forward"
     batch = make_batch(shape, shape.microbatch, shape.length, device, vocab)
-    with step_autocast(shape, device):
-        logits = model(**batch["inputs"]).logits
-    loss = summed_loss(logits, batch["labels"], shape.kind) / max(batch["labels"].numel(), 1)
-    del logits
+    if shape.kind == "causal_lm":  # the loop's chunked loss, its recompute under autocast
+        loss = causal_lm_summed_loss(
+            model, batch["inputs"], batch["labels"], chunks=shape.training.loss_chunks,
+            autocast=lambda: step_autocast(shape, device), use_cache=False,
+            context_fn=recompute_contexts(shape) if device == "meta" else None,
+        )  # fmt: skip
+    else:
+        with step_autocast(shape, device):
+            logits = model(**batch["inputs"]).logits
+        loss = summed_loss(logits, batch["labels"], shape.kind)
+        del logits
+    loss = loss / max(batch["labels"].numel(), 1)
     tracker.region = "backward"
     loss.backward()
     del loss, batch
@@ -200,7 +209,7 @@ def _forward_phase(
 ) -> dict[str, PhaseSize]:  # fmt: skip
     """No-grad forwards as evaluation (or export's control outputs) runs them.
 
-    Evaluation computes the validation loss (full logits, cast to fp32 for the loss) and, for
+    Evaluation computes the validation loss (the chunked loss of `train.loss`) and, for
     a generating task, then generates: a prefill that keeps only the last position's logits
     and a KV cache that grows by max_new_tokens. The phase's peak is the larger of the two
     passes; its FLOPs are both. Export's control outputs generate (or classify) only.
@@ -209,7 +218,7 @@ def _forward_phase(
 
     generating = shape.generates
     passes = (["loss"] if name == "evaluation" else []) + (["prefill"] if generating else [])
-    said = {"loss": "the validation-loss forward (full logits in fp32)",
+    said = {"loss": "the validation-loss forward (chunked loss, each chunk in fp32)",
             "prefill": "the generation prefill and its KV cache",
             "forward": "the forward"}  # fmt: skip
     model.eval()
@@ -233,6 +242,7 @@ def _one_pass(
     """One forward pass's peak breakdown, FLOPs and added terms."""
     from tunepilot.sizing.dry_run.tracker import model_roles
     from tunepilot.train.batching import summed_loss
+    from tunepilot.train.loss import causal_lm_summed_loss, eval_chunks
 
     tracker.reset_peak()
     tracker.region = "forward"
@@ -244,6 +254,10 @@ def _one_pass(
         growth = _cache_bytes(out) * shape.training.max_new_tokens // max(length, 1)
         terms[f"KV cache growth over {shape.training.max_new_tokens} new tokens "
               "(analytical)"] = growth  # fmt: skip
+    elif kind == "loss" and shape.kind == "causal_lm":  # evaluation's chunked loss
+        chunks = eval_chunks(shape.training.loss_chunks, shape.microbatch, batch_size)
+        out = causal_lm_summed_loss(model, batch["inputs"], batch["labels"], chunks=chunks,
+                                    use_cache=False)  # fmt: skip
     else:
         out = model(**batch["inputs"], **({} if shape.image else {"use_cache": False}))
         if kind == "loss":

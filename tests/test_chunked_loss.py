@@ -1,0 +1,137 @@
+"""The causal-LM loss in chunks over the loss positions (S2, S3, D5): the same sums and
+gradients as the full-logits loss, with LoRA on the head and tied embeddings, deterministic."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from tunepilot.tasks.base import IGNORE_INDEX  # noqa: E402
+from tunepilot.train.batching import count_targets, microbatch_loss, summed_loss  # noqa: E402
+from tunepilot.train.loss import causal_lm_summed_loss, eval_chunks, loss_positions  # noqa: E402
+
+VOCAB = 97
+
+
+def _model(tied: bool = False, lora_on_head: bool = False, seed: int = 0):
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied,
+        max_position_embeddings=64,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config)
+    if lora_on_head:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8,
+                                                 target_modules=["q_proj", "lm_head"]))
+        for name, p in model.named_parameters():  # B starts at zero: move it so it counts
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.1)
+    return model
+
+
+def _batch(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, VOCAB, (3, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0  # a padded row
+    labels = ids.clone()
+    labels[:, :4] = IGNORE_INDEX  # a prompt without loss
+    labels[1, 8:] = IGNORE_INDEX
+    labels[2, :9] = IGNORE_INDEX  # a short answer
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def _full_logits(model, batch):
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                   use_cache=False).logits  # fmt: skip
+    return summed_loss(logits, batch["labels"], "causal_lm")
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("variant", ["untied", "tied", "lora_on_head"])
+@pytest.mark.parametrize("chunks", [1, 3, 8, 1000])
+def test_s2_chunked_loss_equals_full_logits_loss_at_every_chunk_count(variant, chunks) -> None:
+    model = _model(tied=variant == "tied", lora_on_head=variant == "lora_on_head")
+    batch = _batch()
+    reference = _full_logits(model, batch)
+    reference.backward()
+    want = _grads(model)
+    model.zero_grad(set_to_none=True)
+    got = microbatch_loss(model, batch, "causal_lm", chunks=chunks)
+    got.backward()
+    have = _grads(model)
+    torch.testing.assert_close(got, reference, rtol=1e-5, atol=1e-5)
+    assert set(have) == set(want) and want  # every trained tensor, the head's LoRA included
+    for name in want:
+        torch.testing.assert_close(have[name], want[name], rtol=1e-4, atol=1e-6)
+    if variant == "lora_on_head":
+        assert any("lm_head" in n and "lora" in n for n in have)
+
+
+def test_s2_chunked_loss_sums_exactly_the_positions_count_targets_counts() -> None:
+    batch = _batch()
+    hidden = torch.randn(3, 11, 5)
+    kept, targets = loss_positions(hidden, batch["labels"])
+    assert kept.shape[0] == targets.shape[0] == count_targets(batch, "causal_lm")
+    assert (targets != IGNORE_INDEX).all()
+
+
+def test_s2_a_microbatch_without_targets_gives_zero_that_still_reaches_the_head() -> None:
+    model = _model()
+    batch = _batch()
+    batch["labels"][:] = IGNORE_INDEX
+    loss = microbatch_loss(model, batch, "causal_lm", chunks=4)
+    loss.backward()
+    assert float(loss.detach()) == 0.0
+    assert model.lm_head.weight.grad is not None
+
+
+def test_s3_chunked_loss_on_cpu_is_bit_identical_across_two_runs() -> None:
+    runs = []
+    for _ in range(2):
+        model = _model(lora_on_head=True)
+        loss = microbatch_loss(model, _batch(), "causal_lm", chunks=3)
+        loss.backward()
+        runs.append((loss.detach().clone(), _grads(model)))
+    assert torch.equal(runs[0][0], runs[1][0])
+    assert all(torch.equal(runs[0][1][n], runs[1][1][n]) for n in runs[0][1])
+
+
+def test_s2_no_vocabulary_wide_tensor_of_the_microbatch_is_kept_for_backward() -> None:
+    """Saved for backward: the chunked loss keeps no (tokens x vocab) tensor at all."""
+    model = _model()
+    batch = _batch()
+    widest = []
+
+    def pack(t):
+        weight = t.numel() == VOCAB * 32  # the head's own weight (hidden size 32)
+        if t.dim() >= 2 and t.shape[-1] == VOCAB and t.numel() >= VOCAB * 13 and not weight:
+            widest.append(tuple(t.shape))  # logits of every loss position (13) or more
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        microbatch_loss(model, batch, "causal_lm", chunks=4)
+    assert widest == []
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _full_logits(model, batch)
+    assert widest  # the check sees the full-logits loss's tensors
+
+
+def test_s2_evaluation_chunks_keep_each_piece_a_training_chunk() -> None:
+    assert eval_chunks(8, 2, 32) == 128
+    assert eval_chunks(8, 4, 2) == 8
+    model = _model()
+    batch = _batch()
+    with torch.no_grad():
+        full = _full_logits(model, batch)
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+        chunked = causal_lm_summed_loss(model, inputs, batch["labels"], chunks=5, use_cache=False)
+    torch.testing.assert_close(chunked, full, rtol=1e-5, atol=1e-5)
