@@ -278,4 +278,4 @@ def test_a_config_with_thousands_of_unknown_keys_is_summarised_not_listed(tmp_pa
     assert "not carried over from" in done.stderr and "more keys with no campaign" in tail[-1]
     more = int(tail[-1].split("and ")[1].split(" more")[0].replace(",", ""))
     assert more + 40 == int(done.stderr.split("(")[1].split(")")[0].replace(",", ""))
-    load_campaign(tmp_path / "camp" / "campaign.yaml")  # still a campaign that loads
+    _load_stated(tmp_path / "camp" / "campaign.yaml")  # still a campaign that loads

@@ -137,3 +137,19 @@ def test_h1_a_changed_hypothesis_is_refused_until_amended_with_a_reason(campaign
         run_flow.check_hypothesis_before(ws)  # consistent again
     finally:
         changed.write_text(original)
+
+
+def test_b2_a_single_process_run_builds_its_model_on_the_training_device_gpu_mocked_by_meta(
+    campaign: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A run with one process trains where `train_device()` says (the first GPU when there is
+    one): the model is built there, not left on the host. No GPU here, so the device that
+    `train_device` names is mocked by the meta device, which `.to()` reaches the same way."""
+    from tunepilot.experiments import runner
+
+    session = runner.Session(Workspace.open(campaign))
+    on_host = session.build_model(session.ws.campaign, 0)
+    assert {p.device.type for p in on_host.parameters()} == {"cpu"}
+    monkeypatch.setattr(runner, "train_device", lambda: "meta")
+    placed = session.build_model(session.ws.campaign, 0)
+    assert {p.device.type for p in placed.parameters()} == {"meta"}

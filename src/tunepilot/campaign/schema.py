@@ -30,43 +30,10 @@ from tunepilot.campaign.hypothesis import (
     Hypothesis,
 )
 from tunepilot.campaign.image_settings import ImageSettings
+from tunepilot.campaign.model_settings import LoraSettings as LoraSettings
+from tunepilot.campaign.model_settings import ModelSettings
+from tunepilot.campaign.plan_settings import Rental, TestPolicy, Variant
 from tunepilot.campaign.training_parts import Budget, LossSettings, StopCauses
-
-# --------------------------------------------------------------------------------------------
-# model (P1, P4)
-# --------------------------------------------------------------------------------------------
-
-
-class LoraSettings(Strict):
-    r: int = Field(default=8, ge=1)
-    alpha: int = Field(default=16, ge=1)
-    dropout: float = Field(default=0.0, ge=0, lt=1)
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"],
-                                      min_length=1)  # fmt: skip
-    modules_to_save: list[str] = Field(default_factory=list)
-
-
-class ModelSettings(Strict):
-    """The base model, pinned, and how it is adapted (P1, P4)."""
-
-    name_or_path: str = Field(
-        min_length=1, description="A local folder, `minilm` (the bundled MiniLM) or a hub id."
-    )
-    revision: str | None = Field(
-        default=None, description="Exact revision (commit) for a hub id; required for hub ids."
-    )
-    method: Literal["full", "lora"] = "lora"
-    lora: LoraSettings = Field(default_factory=LoraSettings)
-    trust_remote_code: bool = False
-    attn_implementation: str | None = None
-    base_dtype: Literal["fp32", "bf16", "fp16", "nf4", "int8"] | None = Field(
-        default=None,
-        description="Precision of the frozen base: fp32/bf16/fp16, or nf4/int8 (QLoRA, "
-        "bitsandbytes, CUDA only). Unset: fp32 on CPU, bf16 on a CUDA GPU that has it. "
-        "Trained weights (LoRA, modules_to_save, full fine-tuning) are in "
-        "training.weights_dtype (fp32 unless set).",
-    )
-
 
 # --------------------------------------------------------------------------------------------
 # data (D1-D8)
@@ -306,56 +273,6 @@ class TrainingSettings(LossSettings):
         if problems:
             raise ValueError("; ".join(problems))
         return self
-
-
-# --------------------------------------------------------------------------------------------
-# variants, evaluation policy, rental (V1-V7, H4, L3)
-# --------------------------------------------------------------------------------------------
-
-
-class Variant(Strict):
-    """One explainable change against its control (V1)."""
-
-    explain: str = Field(min_length=1)
-    overrides: dict[str, Any] = Field(default_factory=dict)
-    control: Literal["control"] = Field(
-        default="control",
-        description="What the variant is compared with: always the campaign itself (`control`).",
-    )
-    allow_multi_change: bool = False
-    reason: str | None = None
-
-    @field_validator("control", mode="before")
-    @classmethod
-    def _only_the_campaign(cls, value: Any) -> Any:
-        """Every variant is trained from the campaign and compared with its control runs; a
-        control naming another variant would be accepted and ignored, so it is refused."""
-        if value != "control":
-            raise ValueError(
-                f"`{value}`: every variant is compared with the campaign itself, `control`; to "
-                "build on another variant, copy its overrides into this one (with "
-                "allow_multi_change and a reason), or leave `control` out"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _multi_change_needs_reason(self) -> Variant:
-        if self.allow_multi_change and not self.reason:
-            raise ValueError("allow_multi_change needs a `reason`")
-        return self
-
-
-class TestPolicy(Strict):
-    """The sealed test split (H4): every look is counted; a second one warns or is refused."""
-
-    on_second_look: Literal["warn", "refuse"] = "warn"
-
-
-class Rental(Strict):
-    gpu: str | None = Field(default=None, description="Card name from the GPU catalog.")
-    gpus: int = Field(default=1, ge=1)
-    margin: float = Field(default=0.2, ge=0, lt=1)
-    packages_days: list[Literal[3, 7, 30]] = Field(default_factory=lambda: [3, 7, 30])
 
 
 class Campaign(Strict):

@@ -142,6 +142,17 @@ def other_settings(run: dict[str, Any], expected: dict[str, Any], variant: str) 
             "it again as the campaign says")  # fmt: skip
 
 
+def as_the_run_resolved(configured: Any, env: dict[str, Any] | None) -> dict[str, Any]:
+    """The variant's settings with what it leaves to the machine resolved for the device type
+    the run recorded (env.json's runtime), as the runner resolved them when it started: a
+    run may differ from its variant by what it was told, never by what the tool chose."""
+    from tunepilot.train.runtime import on_this_machine
+
+    device_type = ((env or {}).get("runtime") or {}).get("device_type") or "cpu"
+    training = on_this_machine(configured.training, str(device_type))
+    return configured.model_copy(update={"training": training}).model_dump(mode="json")
+
+
 def exclude_unpoolable(variants: list[Any], campaign: Any, ledger: Any) -> list[str]:
     """The pooling rule (V1, V2, B1), before any number is drawn: a run trained with other
     settings than its variant has in the campaign (a command-line override, an edited file)
@@ -157,15 +168,18 @@ def exclude_unpoolable(variants: list[Any], campaign: Any, ledger: Any) -> list[
         for x in v.runs:
             x.backend = backend_of(read_env(ledger.run_folder(x.run_id)))
         try:
-            expected = variant_campaign(campaign, v.name).model_dump(mode="json")
+            configured = variant_campaign(campaign, v.name)
         except InputError:
-            expected = None  # a variant no longer in the campaign: nothing to hold it to
+            configured = None  # a variant no longer in the campaign: nothing to hold it to
         for x in v.used:
-            resolved = read_resolved(ledger.run_folder(x.run_id))
+            folder = ledger.run_folder(x.run_id)
+            resolved = read_resolved(folder)
             if resolved is None:
                 unknown.append(x.run_id)
-            elif expected is not None and (why := other_settings(resolved, expected, v.name)):
-                x.excluded = f"not pooled: {why}"
+            elif configured is not None:
+                expected = as_the_run_resolved(configured, read_env(folder))
+                if why := other_settings(resolved, expected, v.name):
+                    x.excluded = f"not pooled: {why}"
     reference = [x for x in variants[0].used if x.backend is not None] if variants else []
     if reference:
         ref = max(reference, key=lambda x: x.evaluation_id or 0)

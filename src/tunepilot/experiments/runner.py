@@ -22,6 +22,7 @@ from tunepilot.campaign import Campaign
 from tunepilot.campaign.variants import CONTROL, variant_campaign, variant_diff
 from tunepilot.data.workspace import Workspace
 from tunepilot.experiments.evaluate import pad_id_of
+from tunepilot.model.base_dtype import QUANTIZED
 
 # How the loop's end states are recorded in the ledger (V3: every end has a reason).
 LEDGER_STATUS = {
@@ -93,8 +94,10 @@ class Session:
             self._encodings[key] = Encoded(prepared, encoder, train, validation)
         return self._encodings[key]
 
-    def build_model(self, campaign: Campaign, seed: int) -> Any:
-        """Base + head + method, initialised from `seed` so a run is reproducible from its id."""
+    def build_model(self, campaign: Campaign, seed: int, device: str | None = None) -> Any:
+        """Base + head + method, initialised from `seed` so a run is reproducible from its id,
+        on `device` (None: `train_device()`, the first GPU when there is one): the loop, the
+        evaluation and the checkpoint loader all work on the device the weights are on."""
         from tunepilot.model.build import apply_method, load_model
         from tunepilot.model.lora_init import seed_lora
         from tunepilot.train.rng import seed_everything
@@ -104,9 +107,11 @@ class Session:
         if campaign.hypothesis.task == "image_classification":
             kind = "image_classification"
         seed_everything(seed)  # the new head and LoRA's A matrices draw from here
+        device = device or train_device()
         loaded = load_model(
             self.ws.model_source, kind, campaign.model, encoded.prepared.label_names or None,
             pad_token_id=getattr(self.ws.tokenizer, "pad_token_id", None),
+            device_type=device.split(":")[0], device=device,
         )  # fmt: skip
         self.new_weights = list(loaded.new_keys)
         model = apply_method(loaded, campaign.model, campaign.training.weights_dtype)
@@ -116,6 +121,8 @@ class Session:
         # copied folder holds no path into the original.
         for adapter in (getattr(model, "peft_config", None) or {}).values():
             adapter.base_model_name_or_path = campaign.model.name_or_path
+        if loaded.base_dtype not in QUANTIZED:  # a quantized base was loaded onto `device`
+            model.to(device)
         return model
 
     def evaluate(

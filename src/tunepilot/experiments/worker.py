@@ -200,7 +200,7 @@ def _build_wrapped(session: Session, campaign: Campaign, seed: int, strategy: st
 
         return build_sharded_model(campaign, session.ws.model_source, ctx, seed,
                                    getattr(session.ws.tokenizer, "pad_token_id", None))  # fmt: skip
-    return wrap_model(session.build_model(campaign, seed), strategy, ctx)
+    return wrap_model(session.build_model(campaign, seed, ctx.device), strategy, ctx)
 
 
 def _start(

@@ -112,8 +112,13 @@ def load_model(
     label_names: list[str] | None = None,
     pad_token_id: int | None = None,
     device_type: str | None = None,
+    device: str | None = None,
 ) -> LoadedModel:
     """Load the base for the task (P1); `label_names` in the campaign's id order set the head.
+
+    A quantized base (nf4/int8) is quantized as it loads, so it is loaded straight onto
+    `device` (bitsandbytes quantizes on the GPU); any other base loads on the host and is
+    moved by the caller once its method is applied.
 
     The frozen base loads in `model.base_dtype`, resolved here for `device_type` (None: the
     device this process trains on) and recorded in the notes and `LoadedModel.base_dtype`.
@@ -139,6 +144,8 @@ def load_model(
         kwargs["quantization_config"] = quantization
         kwargs["dtype"] = torch_dtype(compute)
         dtype_note += f"; {base_dtype} computes in {compute}"
+        if device is not None:
+            kwargs["device_map"] = {"": device}
     saved_labels = None
     if task_kind != "causal_lm":
         saved_labels = _checkpoint_labels(

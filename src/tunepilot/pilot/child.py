@@ -92,7 +92,7 @@ def resume_gate(state: PilotState) -> Outcome:
     settings = _resume_settings(state.training)
     half, root = RESUME_UPDATES // 2, state.folder / "resume"
     data = state.encoded.train
-    model = state.session.build_model(state.campaign, state.seed).to(state.device)
+    model = state.session.build_model(state.campaign, state.seed, str(state.device))
     state.shape = {"microbatch": settings.microbatch, "accumulation": settings.accumulation}
     # Both sides on the same thread count (CPU kernels may sum in another order otherwise);
     # one thread keeps the child from stalling when other work shares the cores.
@@ -247,7 +247,7 @@ def child_main(spec_path: str) -> int:
     folder, run_dir = Path(spec["resume"]), Path(spec["run_dir"])
     saved = json.loads((folder / "state.json").read_text(encoding="utf-8"))
     next_ids = _next_batch_ids(encoded.train, settings, saved["sampler"], 0)
-    model = session.build_model(campaign, int(spec["seed"])).to(spec["device"])
+    model = session.build_model(campaign, int(spec["seed"]), str(spec["device"]))
     kind = "classification" if campaign.hypothesis.is_classification else "causal_lm"
     pad = pad_id_of(ws.tokenizer)
     result = train(model, encoded.train, settings, run_dir, kind=kind, pad_id=pad, resume=folder,

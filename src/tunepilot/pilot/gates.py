@@ -113,11 +113,11 @@ def load_gate(state: PilotState) -> Outcome:
     from tunepilot.model.build import enable_activation_checkpointing
     from tunepilot.model.params import trainable_report
 
-    model = state.session.build_model(state.campaign, state.seed)  # SetupFailure -> FAIL
+    model = state.session.build_model(state.campaign, state.seed, str(state.device))  # or FAIL
     notes: list[str] = []
     if state.training.activation_checkpointing:
         notes = enable_activation_checkpointing(model)
-    state.model = model.to(state.device)
+    state.model = model
     report = state.report = trainable_report(state.model)
     share = report.trainable_params / max(report.total_params, 1)
     lora = f" r={report.lora_rank} on {report.target_modules}" if report.method == "lora" else ""

@@ -62,6 +62,16 @@ def _fp16(c: Any) -> list[list[str]]:
     return [out] if out else []
 
 
+def _step_in_backward(c: Any) -> list[list[str]]:
+    """Only where it keeps the examples per update: one microbatch per update already, one
+    process, no fp16 loss scaling (campaign.optimizer_rules says why each is needed)."""
+    t = c.training
+    if (t.optimizer_in_backward or t.accumulation != 1 or t.distributed.strategy != "none"
+            or t.precision == "fp16"):  # fmt: skip
+        return []
+    return [["training.optimizer_in_backward=true", "training.max_grad_norm=null"]]
+
+
 def _when(test: Callable[[Any], bool], *overrides: str) -> Callable[[Any], list[list[str]]]:
     return lambda c: [list(overrides)] if test(c) else []
 
@@ -79,6 +89,18 @@ CANDIDATES: list[Candidate] = [
     Candidate("training precision bf16", TRAINING_PHASES,
               _when(lambda c: c.training.precision == "fp32", "training.precision=bf16"),
               "other numerics: run it as a variant against the control (S3)"),
+    Candidate("8-bit optimizer state", TRAINING_PHASES,
+              _when(lambda c: c.training.optimizer == "adamw", "training.optimizer=adamw_8bit"),
+              "bitsandbytes' 8-bit AdamW keeps the moments in 8 bits: other numerics, run it "
+              "as a variant (S3); needs bitsandbytes on the card"),
+    Candidate("bf16 trained weights", TRAINING_PHASES,
+              _when(lambda c: c.training.weights_dtype == "fp32" and c.training.precision
+                    != "fp16", "training.weights_dtype=bf16"),
+              "pure bf16 training: an update smaller than a bf16 ulp of its weight is lost; "
+              "a variant (S3)"),
+    Candidate("the optimizer step in backward", TRAINING_PHASES, _step_in_backward,
+              "no full set of gradients is ever held, and no gradient clipping: a variant "
+              "(S3)"),
     Candidate("fp16 where the card has no bf16", PRECISION, _fp16,
               "fp16 autocast needs loss scaling, an fp16 base is another base precision (P1): "
               "other numerics, run it as a variant (S3)"),

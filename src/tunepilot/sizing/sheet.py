@@ -230,12 +230,14 @@ def work_of(dry: Any, inputs: SheetInputs, precision: str | None = None) -> tupl
     eval_by = ({k: v * inputs.eval_batches * eval_share
                 for k, v in evaluation.flops_by_precision(precision).items()}
                if evaluation is not None else {})  # fmt: skip
-    trainable = dry.trainable_params * 4 + steady.optimizer
+    # the trained weights as stored (training.weights_dtype: 2 bytes each in bf16, 4 in fp32)
+    weights_bytes = getattr(dry, "trainable_bytes", 0) or dry.trainable_params * 4
+    trainable = weights_bytes + steady.optimizer + getattr(steady, "host_paged", 0)
     full = dry.trainable_params >= dry.total_params
     passes = 3 if steady.inputs.get("activation_checkpointing") else 2  # + the recompute
     decode = 1 + dry.generated_tokens  # the forward, each new token
     io = WorkBytes(checkpoint=trainable, base_weights=steady.weights,
-                   export=steady.weights if full else dry.trainable_params * 4,
+                   export=steady.weights if full else weights_bytes,
                    update_reads=steady.weights * passes * inputs.accumulation,
                    eval_reads=(evaluation.weights * decode * inputs.eval_batches
                                if evaluation is not None else 0))  # fmt: skip

@@ -22,15 +22,17 @@ from collections.abc import Iterator
 from typing import Any
 
 
-def on_this_machine(settings: Any) -> Any:
-    """`settings` (TrainingSettings) with what it leaves unset resolved for this machine:
-    `training.precision` (bf16 on a CUDA card with bf16, else fp32), recorded as such."""
+def on_this_machine(settings: Any, device_type: str | None = None) -> Any:
+    """`settings` (TrainingSettings) with what it leaves unset resolved for this machine (or
+    for `device_type`, the one a recorded run trained on): `training.precision` (bf16 on a
+    CUDA card with bf16, else fp32), recorded as such. Compare resolves a variant the same way
+    for each of its runs, so a choice the tool made is never mistaken for an override (V1)."""
     if settings.precision is not None:
         return settings
     from tunepilot.model.base_dtype import default_device_type
     from tunepilot.train.precision import resolve_precision
 
-    precision, _ = resolve_precision(None, default_device_type())
+    precision, _ = resolve_precision(None, device_type or default_device_type())
     return settings.model_copy(update={"precision": precision})
 
 
