@@ -17,7 +17,7 @@ from sizing_support import tiny_llama_campaign
 from tunepilot.data.workspace import Workspace
 
 MIB = 2**20
-SHAPE = ["training.microbatch=1", "training.accumulation=4", "training.eval_batch_size=256",
+SHAPE = ["training.microbatch=1", "training.accumulation=4", "training.eval_batch_size=512",
          "training.precision=bf16"]  # fmt: skip
 
 
@@ -110,7 +110,7 @@ def test_s3_checkpointing_is_judged_on_the_training_step_when_evaluation_decides
         ckpt["sentence"])
     assert ckpt["on"]["steady_flops"] > ckpt["off"]["steady_flops"]  # the recomputed forward
     ev = sheet["eval_batch"]
-    assert ev["decides"] and ev["peak_bytes"]["256"] > ev["peak_bytes"]["1"]
+    assert ev["decides"] and ev["peak_bytes"]["512"] > ev["peak_bytes"]["1"]
 
 
 def test_l1_each_row_says_its_verdict_and_the_phase_that_decides_it(planned, tiny) -> None:
@@ -133,7 +133,7 @@ def test_l1_plan_on_a_card_that_fails_exits_1_with_the_nearest_change_each_an_ex
     near = doc["nearest_change"]
     assert near["fits"] and near["overrides"][-1].startswith("training.eval_batch_size=")
     kept = int(near["overrides"][-1].split("=")[1])
-    assert 1 <= kept < 256
+    assert 1 <= kept < 512
     # Every trial listed is a dry run that was executed, and the last one is the PASS.
     assert len(near["trials"]) == len(executed) >= 1
     assert near["trials"][-1]["verdict"] == "PASS" and near["trials"][-1]["overrides"] == (

@@ -103,6 +103,7 @@ def build_plan(
     from tunepilot.pilot.stale import measured_card
     from tunepilot.progress import start_line
     from tunepilot.sizing.catalog import load_catalog
+    from tunepilot.sizing.eval_fit import fitting_eval_batch
     from tunepilot.sizing.recommend import recommendation, smallest_fit
     from tunepilot.sizing.rental import plan_markdown
     from tunepilot.sizing.sheet import card_rows, row_plan, sheet_inputs, work_of
@@ -162,12 +163,20 @@ def build_plan(
     made = row_plan(plan_card, runs, inputs, seconds_for)
     if not made["shown"].passes:
         search = (changes or (lambda card: override_runner(ws, card)))(plan_card)
-        return _does_not_fit(out, lines, plan_card, made["shown"], sheet, c, search)
+        fits_eval = fitting_eval_batch(plan_card, runs, inputs,
+                                       int(made["dry"].cuda_context_bytes))  # fmt: skip
+        return _does_not_fit(out, lines, plan_card, made["shown"], sheet, c, search, fits_eval)
     plan = made["plan"]
     if plan is None:
         out.update(fits=True, sentence=f"no rental plan: {made['basis']}")
         return out, [*lines, f"**No rental plan:** {made['basis']}.", ""]
     plan.sentence += lengths_caveat(runs(inputs.setting), c.data.max_length)
+    if made["eval_batch"] != inputs.eval_batch:  # chosen for the card (sizing.eval_fit)
+        plan.sentence += (f" Evaluation at training.eval_batch_size={made['eval_batch']}, the "
+                          f"largest that fits the {plan_card.name} (unset in the campaign): "
+                          "every command of the package carries it, so the baseline and "
+                          "every variant evaluate alike (V2).")  # fmt: skip
+    out["eval_batch"] = made["eval_batch"]
     out.update(fits=True, plan=plan.to_json(), sentence=plan.sentence,
                layout_choice=made["why"] or None)  # fmt: skip
     lines.append(plan_markdown(plan).replace("# Rental plan", "## Rental plan"))
@@ -200,13 +209,13 @@ def _shown_path(ws: Workspace) -> str:
 
 def _does_not_fit(
     out: dict[str, Any], lines: list[str], card: Any, shown: Any, sheet: dict[str, Any],
-    campaign: Any, search: Callable[[list[str]], Any],
+    campaign: Any, search: Callable[[list[str]], Any], eval_batch: int | None = None,
 ) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
     """The target's row does not PASS: no package; the nearest change, tried as dry runs, and
     the machines of the same card with more GPUs whose rows pass."""
     from tunepilot.sizing.nearest import nearest_change
 
-    near = nearest_change(card, shown, campaign, search)
+    near = nearest_change(card, shown, campaign, search, eval_batch=eval_batch)
     bigger = [r for r in sheet["rows"] if r["gpus"] > card.gpus
               and r["card"].lower().endswith(card.name.lower())
               and r["configured"]["verdict"] == "PASS"]  # fmt: skip

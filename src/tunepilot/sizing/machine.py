@@ -52,9 +52,10 @@ def layout_seconds(
 
 
 def commands(campaign: str, card: str, layout: Layout, accumulation: int,
-             seed: int) -> dict[str, tuple[str, ...]]:  # fmt: skip
-    """The commands of each package phase on `card` under `layout` (what a launcher runs)."""
-    c = f'"{campaign}"' if " " in campaign else campaign
+             seed: int, extra: str = "") -> dict[str, tuple[str, ...]]:  # fmt: skip
+    """The commands of each package phase on `card` under `layout` (what a launcher runs);
+    `extra` holds overrides every command gets (the card's eval batch, `sizing.eval_fit`)."""
+    c = (f'"{campaign}"' if " " in campaign else campaign) + extra
     if layout.kind in (DDP, FSDP):
         per_gpu = math.ceil(accumulation / layout.gpus)
         how = f" --nproc {layout.gpus} --strategy {layout.kind} training.accumulation={per_gpu}"
@@ -90,7 +91,7 @@ def stack_note(card: Any, base_dtype: str, attention: str | None) -> str:
 
 def plan_machine(
     card: Any, fits: list[Fit], seconds: PhaseSeconds | None, inputs: Any,
-    prices: dict[int, float | None],
+    prices: dict[int, float | None], extra: str = "",
 ) -> tuple[Fit, Any | None, str]:  # fmt: skip
     """(the layout's fit, its RentalPlan or None, why this layout): every passing layout
     planned, the fewest hours kept; None when nothing passes or the card has no hours."""
@@ -111,7 +112,7 @@ def plan_machine(
             repilot_seconds=repilot_seconds(seconds, inputs.examples_per_update,
                                             inputs.eval_batches),
             commands=commands(inputs.campaign_file, card.name, f.layout, inputs.accumulation,
-                              inputs.first_seed),
+                              inputs.first_seed, extra),
             layout=f.layout.label + (f"; {held}" if held else ""),
             stack=stack_note(card, inputs.on(card).base_dtype, inputs.attention),
         )  # fmt: skip

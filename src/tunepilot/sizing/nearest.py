@@ -38,8 +38,13 @@ class Candidate:
     cost: str
 
 
-def _eval_batches(c: Any) -> list[list[str]]:
+def _eval_batches(c: Any, fits: int | None = None) -> list[list[str]]:
+    """The largest eval batch that fits the card (`sizing.eval_fit`, when the sheet knows it),
+    then halvings below it."""
     n, out = c.training.eval_batch_size, []
+    if fits is not None and 1 <= fits < n:
+        n = fits
+        out.append([f"training.eval_batch_size={n}"])
     while n > 1:
         n //= 2
         out.append([f"training.eval_batch_size={n}"])
@@ -151,10 +156,12 @@ def _acts(c: Candidate, f: Fit, budget: float) -> bool:
 
 
 def nearest_change(card: Any, current: Fit, campaign: Any,
-                   run: Callable[[list[str]], Any], *, limit: int = MAX_TRIALS) -> dict[str, Any]:
+                   run: Callable[[list[str]], Any], *, limit: int = MAX_TRIALS,
+                   eval_batch: int | None = None) -> dict[str, Any]:  # fmt: skip
     """Walk `CANDIDATES` for `card` from its verdict `current`; `run(overrides)` executes the
     campaign's dry run with those overrides (at settings the card can run). Returns the
-    overrides kept, whether the card then PASSes, every trial, and one sentence."""
+    overrides kept, whether the card then PASSes, every trial, and one sentence.
+    `eval_batch`: the largest eval batch that fits the card (`sizing.eval_fit`), tried first."""
     from tunepilot.progress import start_line
 
     budget = card.memory_bytes * (1 - MIN_HEADROOM)  # the verdict's budget, context included
@@ -166,7 +173,9 @@ def nearest_change(card: Any, current: Fit, campaign: Any,
             break
         if not _acts(candidate, current, budget):
             continue
-        for values in candidate.values(campaign):
+        tries = (_eval_batches(campaign, eval_batch) if candidate.values is _eval_batches
+                 else candidate.values(campaign))  # fmt: skip
+        for values in tries:
             if len(trials) >= limit:
                 break
             tried = _merged(kept, values)

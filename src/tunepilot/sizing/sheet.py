@@ -153,6 +153,7 @@ class SheetInputs:
     assumptions: list[str] = field(default_factory=list)
     base_unset: bool = False  # model.base_dtype unset: each card loads what it can (bf16/fp32)
     eval_batch: int = 32
+    eval_batch_set: bool = True  # False: training.eval_batch_size unset, each card's own
     campaign_file: str = "campaign.yaml"
     first_seed: int = 0
     attention: str | None = None  # model.attn_implementation
@@ -188,7 +189,8 @@ def sheet_inputs(campaign: Any, n_train: int, n_validation: int, base_dtype: str
         len(campaign.variants), max(1, len(campaign.seeds)), math.ceil(total / t.eval_every),
         math.ceil(total / t.checkpoint_every) if t.checkpoint_every else 1, r.margin,
         tuple(sorted(r.packages_days)), base_unset=campaign.model.base_dtype is None,
-        eval_batch=t.eval_batch_size, campaign_file=campaign_file,
+        eval_batch=t.eval_batch_size, eval_batch_set="eval_batch_size" in t.model_fields_set,
+        campaign_file=campaign_file,
         first_seed=(list(campaign.seeds) or [0])[0],
         attention=campaign.model.attn_implementation,
     )  # fmt: skip
@@ -309,21 +311,22 @@ def row_plan(card: GpuCard, runs: DryRuns, inputs: SheetInputs,
     """Everything one card's row is made from: the dry run at the settings it can run, the
     verdict under each layout (the one `fit`), the layout shown, and its RentalPlan (None
     unless a layout PASSes). `plan --gpu` reads the same to print the target's package."""
+    from tunepilot.sizing.eval_fit import card_setting
     from tunepilot.sizing.machine import plan_machine
 
-    setting = inputs.on(card)
-    dry = runs(setting)
+    setting, dry, batch = card_setting(card, runs, inputs, inputs.on(card))  # eval_fit.py
     fits = machine_fits(card, dry)
     passing = any(f.passes for f in fits)
     seconds, basis = seconds_for(card, dry) if passing else (None, "")
     prices = {d: card.package_price(d) for d in inputs.packages}
-    shown, plan, why = plan_machine(card, fits, seconds, inputs, prices)
+    extra = f" training.eval_batch_size={batch}" * (batch != inputs.eval_batch)
+    shown, plan, why = plan_machine(card, fits, seconds, inputs, prices, extra)
     if plan is not None:
         basis = plan.basis
     elif not basis:
         basis = f"no hours: {shown.verdict} on the {card.name}: {shown.sentence}"
     return {"setting": setting, "dry": dry, "fits": fits, "shown": shown, "plan": plan,
-            "why": why, "basis": basis}  # fmt: skip
+            "why": why, "basis": basis, "eval_batch": batch}  # fmt: skip
 
 
 def _row(card: GpuCard, runs: DryRuns, inputs: SheetInputs, ckpt: dict[bool, Linear],
@@ -350,7 +353,7 @@ def _row(card: GpuCard, runs: DryRuns, inputs: SheetInputs, ckpt: dict[bool, Lin
         "stack": card.stack, "memory_bytes": card.memory_bytes, "base_dtype": setting.base_dtype,
         "configured": shown.to_json(), "peak_phase": shown.phase,
         "layouts": [f.to_json() for f in fits] if card.gpus > 1 else None,
-        "layout_choice": made["why"],
+        "layout_choice": made["why"], "eval_batch": made["eval_batch"],
         "largest_microbatch": {
             "without checkpointing": ckpt[False].largest_microbatch(budget) if same_base else None,
             "with checkpointing": ckpt[True].largest_microbatch(budget) if same_base else None,
