@@ -135,3 +135,43 @@ def test_s2_evaluation_chunks_keep_each_piece_a_training_chunk() -> None:
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
         chunked = causal_lm_summed_loss(model, inputs, batch["labels"], chunks=5, use_cache=False)
     torch.testing.assert_close(chunked, full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "2.5", "eight"])
+def test_s2_a_chunk_count_that_is_not_a_positive_integer_exits_2_naming_the_key(
+    tmp_path, value
+) -> None:
+    import subprocess
+    import sys
+
+    from tunepilot.demo.campaign import write_demo_campaign
+
+    path = write_demo_campaign(tmp_path, "extraction", tiny=True, n_conversations=40)
+    done = subprocess.run([sys.executable, "-m", "tunepilot.cli", "validate", str(path),
+                           f"training.loss_chunks={value}"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "training.loss_chunks" in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stderr
+
+
+def test_s2_a_loss_kernel_selected_but_absent_exits_2_naming_the_key_and_the_fix() -> None:
+    import importlib.util
+
+    from tunepilot.errors import InputError
+    from tunepilot.train.loss import check_kernel, kernel_that_runs
+    from tunepilot.train.runtime import runtime_record
+
+    if importlib.util.find_spec("liger_kernel") is not None:
+        pytest.skip("liger-kernel is installed here")
+    with pytest.raises(InputError) as raised:
+        check_kernel("liger")
+    problem = raised.value.problems[0]
+    assert problem.where == "training.loss_kernel"
+    assert "pip install liger-kernel" in problem.fix and "plain" in problem.fix
+    check_kernel("plain")  # always there
+    assert kernel_that_runs("plain", "cuda") == "plain"
+    from tunepilot.campaign.schema import TrainingSettings
+
+    record = runtime_record(TrainingSettings(loss_chunks=3), "cpu")
+    assert record["loss"] == {"kernel": "plain", "chunks": 3}  # what env.json records
