@@ -249,7 +249,12 @@ class TrainingSettings(LossSettings):
     )
     seed: Seed = 0
     eval_every: int = Field(default=50, ge=1, description="Updates between validation points.")
-    eval_batch_size: int = Field(default=32, ge=1)
+    eval_batch_size: int = Field(
+        default=32, ge=1,
+        description="Examples per evaluation batch. Unset: a run uses 32, and `tunepilot plan` "
+        "sizes each card's evaluation at the largest batch that fits it (at most 32) and puts "
+        "that value in every command of the card's package; set, it is judged as it is.",
+    )  # fmt: skip
     drop_last: bool = False
     bucket_by_length: bool = True
     checkpoint_every: int | None = Field(
