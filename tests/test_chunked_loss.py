@@ -175,3 +175,64 @@ def test_s2_a_loss_kernel_selected_but_absent_exits_2_naming_the_key_and_the_fix
 
     record = runtime_record(TrainingSettings(loss_chunks=3), "cpu")
     assert record["loss"] == {"kernel": "plain", "chunks": 3}  # what env.json records
+
+
+def test_s2_a_soft_capped_head_gemma2_gives_the_full_logits_loss_in_chunks() -> None:
+    torch.manual_seed(0)
+    config = transformers.Gemma2Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+        final_logit_softcapping=0.02, attn_implementation="eager",
+    )  # fmt: skip
+    model = transformers.Gemma2ForCausalLM(config)
+    batch = _batch()
+    reference = _full_logits(model, batch)  # the model's own capped logits
+    got = microbatch_loss(model, batch, "causal_lm", chunks=3)
+    torch.testing.assert_close(got, reference, rtol=1e-5, atol=1e-5)
+    uncapped = summed_loss(model.lm_head(model.model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+    ).last_hidden_state), batch["labels"], "causal_lm")  # fmt: skip
+    assert abs(float(uncapped.detach()) - float(reference.detach())) > 0.1  # the cap matters
+
+
+def test_s2_a_model_that_changes_its_logits_after_the_head_is_refused_not_trained_wrong() -> None:
+    model = _model()
+
+    def doubled(_module, _args, out):
+        out.logits = out.logits * 2
+        return out
+
+    model.register_forward_hook(doubled)
+    with pytest.raises(ValueError, match="does not reproduce the model's logits"):
+        microbatch_loss(model, _batch(), "causal_lm", chunks=2)
+
+
+def test_s3_a_lora_dropout_on_the_head_is_replayed_in_the_recompute() -> None:
+    """Dropout on the head's adapter: the gradient of the chunked loss is that of the loss it
+    returned (the recompute draws the same mask), checked against autograd on the same mask."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    model = get_peft_model(_model(), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.5,
+                                                target_modules=["lm_head"]))  # fmt: skip
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)
+    batch = _batch()
+    torch.manual_seed(5)
+    got = microbatch_loss(model, batch, "causal_lm", chunks=1)
+    got.backward()
+    have = _grads(model)
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(5)  # the same draws, without recompute: chunks=1 under plain autograd
+    from tunepilot.train import loss as lossmod
+
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    with lossmod.captured_hidden(model) as box:
+        model(**inputs, use_cache=False)
+    hidden, targets = lossmod.loss_positions(box["hidden"], batch["labels"])
+    want_loss = lossmod._chunk_sum(lossmod.output_head(model), hidden, targets)
+    want_loss.backward()
+    torch.testing.assert_close(got, want_loss)
+    for name, grad in _grads(model).items():
+        torch.testing.assert_close(have[name], grad)

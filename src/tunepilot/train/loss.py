@@ -89,11 +89,15 @@ def captured_hidden(model: Any) -> Iterator[dict[str, Any]]:
     head computes the last position only (what a caller of the model's logits never reads)."""
     box: dict[str, Any] = {}
 
-    def pre_hook(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        box["hidden"] = args[0]
-        return (args[0][..., -1:, :], *args[1:])
+    def pre_hook(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if args:
+            box["hidden"] = args[0]
+            return (args[0][..., -1:, :], *args[1:]), kwargs
+        name = next(iter(kwargs))  # the head called by keyword: its one input
+        box["hidden"] = kwargs[name]
+        return args, {**kwargs, name: kwargs[name][..., -1:, :]}
 
-    handle = output_head(model).register_forward_pre_hook(pre_hook)
+    handle = output_head(model).register_forward_pre_hook(pre_hook, with_kwargs=True)
     try:
         yield box
     finally:
@@ -116,15 +120,72 @@ def loss_positions(hidden: torch.Tensor, labels: torch.Tensor) -> tuple[Any, Any
     return hidden[keep], shifted[keep]
 
 
-def _chunk_sum(head: Any, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def logit_transform(model: Any) -> Callable[[Any], Any] | None:
+    """What a model does to its head's output before returning logits, for the families that
+    do something (Gemma 2+'s final soft-capping, Cohere's `logit_scale`, Granite's
+    `logits_scaling`), applied by tunepilot after the fp32 upcast; None: nothing.
+    `check_head` proves on every forward that the logits come out as the model's own."""
+    inner = unwrap(model)
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+    config = getattr(inner, "config", None)
+    cap = getattr(config, "final_logit_softcapping", None)
+    scale = getattr(inner, "logit_scale", None)
+    divide = getattr(config, "logits_scaling", None)
+    if not cap and not isinstance(scale, (int, float)) and not divide:
+        return None
+
+    def transform(logits: Any) -> Any:
+        import torch
+
+        if isinstance(scale, (int, float)):
+            logits = logits * scale
+        if divide:
+            logits = logits / divide
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    return transform
+
+
+def check_head(model: Any, out: Any, hidden: Any, post: Callable[[Any], Any] | None) -> None:
+    """The model's own logits of the last position (what it computed in the forward) against
+    tunepilot's head on the same hidden state: a model that does more after its head than
+    `logit_transform` knows is refused, never trained on another loss."""
+    import torch
+
+    logits = getattr(out, "logits", None)
+    if logits is None or hidden.device.type == "meta" or logits.shape[-2] != 1:
+        return
+    head = output_head(model)
+    if head.training and any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in head.modules()):
+        return  # a LoRA dropout on the head draws its own mask: nothing to compare with
+    with torch.no_grad():
+        mine = head(hidden[..., -1:, :]).float()
+        mine = post(mine) if post is not None else mine
+        theirs = logits.float()
+        tol = 1e-3 * max(1.0, float(theirs.abs().max()))
+        if mine.shape != theirs.shape or not torch.allclose(mine, theirs, rtol=1e-3, atol=tol):
+            raise ValueError(
+                f"{type(unwrap(model)).__name__}: tunepilot's chunked loss does not reproduce "
+                "the model's logits from its output embedding (a transform after the head "
+                "that train/loss.py does not know); report it with the model's name"
+            )
+
+
+def _chunk_sum(head: Any, hidden: torch.Tensor, targets: torch.Tensor,
+               post: Callable[[Any], Any] | None = None) -> torch.Tensor:  # fmt: skip
     import torch.nn.functional as F
 
-    return F.cross_entropy(head(hidden).float(), targets, reduction="sum")
+    logits = head(hidden).float()
+    return F.cross_entropy(post(logits) if post is not None else logits, targets,
+                           reduction="sum")  # fmt: skip
 
 
 def chunked_head_loss(
     head: Any, hidden: torch.Tensor, targets: torch.Tensor, chunks: int,
     context_fn: Callable[[], tuple[Any, Any]] | None = None,
+    post: Callable[[Any], Any] | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Sum of cross-entropy of `head(hidden)` against `targets`, `chunks` pieces at a time,
     each recomputed in backward (never kept) when gradients are on."""
@@ -132,7 +193,8 @@ def chunked_head_loss(
     from torch.utils.checkpoint import checkpoint
 
     if hidden.shape[0] == 0:  # nothing carries loss: a zero that still reaches the head
-        return _chunk_sum(head, hidden.new_zeros(1, hidden.shape[-1]), targets.new_zeros(1)) * 0
+        return _chunk_sum(head, hidden.new_zeros(1, hidden.shape[-1]), targets.new_zeros(1),
+                          post) * 0  # fmt: skip
     grad = torch.is_grad_enabled() and hidden.requires_grad
     total: Any = None
     for part in torch.arange(hidden.shape[0], device="cpu").tensor_split(chunks):
@@ -142,10 +204,12 @@ def chunked_head_loss(
         h, y = hidden[start:stop], targets[start:stop]
         if grad:
             extra = {"context_fn": context_fn} if context_fn is not None else {}
-            piece = checkpoint(_chunk_sum, head, h, y, use_reentrant=False,
-                               preserve_rng_state=False, **extra)  # fmt: skip
+            # the recompute replays the RNG (a LoRA dropout on the head draws the same mask);
+            # meta tensors have no generator to replay
+            piece = checkpoint(_chunk_sum, head, h, y, post, use_reentrant=False,
+                               preserve_rng_state=h.device.type != "meta", **extra)  # fmt: skip
         else:
-            piece = _chunk_sum(head, h, y)
+            piece = _chunk_sum(head, h, y, post)
         total = piece if total is None else total + piece
     return total
 
@@ -185,11 +249,14 @@ def causal_lm_summed_loss(
     recompute context of the dry run's meta autocast."""
     with autocast():
         with captured_hidden(model) as box:
-            model(**inputs, **forward)
+            out = model(**inputs, **forward)
         captured = box.pop("hidden")
+        post = logit_transform(model)
+        check_head(model, out, captured, post)
+        del out
         hidden, targets = loss_positions(captured, labels.to(captured.device))
         head = output_head(model)
-        if kernel != "plain" and hidden.is_cuda and hidden.shape[0] > 0:
+        if kernel != "plain" and hidden.is_cuda and hidden.shape[0] > 0 and post is None:
             return _kernel_loss(kernel, head, hidden, targets)
-        return chunked_head_loss(head, hidden, targets, chunks, context_fn)
+        return chunked_head_loss(head, hidden, targets, chunks, context_fn, post)
 
