@@ -185,6 +185,9 @@ class DataSettings(Strict):
     )
     split: SplitPolicy = Field(default_factory=SplitPolicy)
     max_length: int = Field(default=128, ge=8, le=2**20, description="Tokens per example.")
+    packing: bool = Field(default=False, description="Causal LM: bin-pack each microbatch's "
+                          "examples into rows of max_length, attention and positions kept "
+                          "per example, the same target tokens counted.")  # fmt: skip
     template: str = Field(
         default="{text}\n",
         description="Prompt template for generation tasks; fields in braces.",
@@ -404,6 +407,10 @@ class Campaign(Strict):
             self.data.fields.target or self.data.chat is not None
         ):
             raise ValueError(f"a {task} campaign needs `data.fields.target` (or `data.chat`)")
+        if self.data.packing and task in CLASSIFICATION_TASKS:
+            raise ValueError(f"`data.packing: true` joins examples into rows, which only a "
+                             f"causal LM (format, extraction) trains; a {task} campaign has "
+                             "one label per example: set data.packing: false")  # fmt: skip
         if "control" in self.variants:
             raise ValueError("`control` is the campaign itself; name the variant differently")
         return self
