@@ -76,7 +76,7 @@ def test_d5_packed_labels_ignore_each_example_start_and_count_the_unpacked_targe
     assert count_targets(packed, "causal_lm") == count_targets(padded, "causal_lm") == 6  # S2
     spans = row_spans([a, b, c], Packing(8))
     for r, row in enumerate(spans):
-        for i, start, end in row:
+        for _, start, end in row:
             assert packed["labels"][r, start] == IGNORE_INDEX  # never predicted across examples
             assert packed["position_ids"][r, start:end].tolist() == list(range(end - start))
     mask = packed["attention_mask"]
