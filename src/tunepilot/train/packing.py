@@ -66,9 +66,15 @@ def packing_of(campaign: Any) -> Packing | None:
 
 
 def attention_of(model: Any) -> str:
-    """"flash", "eager" or "sdpa": how the model's attention takes a packed microbatch."""
+    """How the model's attention takes a packed microbatch (see `attention_named`)."""
     config = getattr(getattr(model, "module", model), "config", None)  # DDP wraps the model
-    impl = str(getattr(config, "_attn_implementation", None) or "sdpa")
+    return attention_named(getattr(config, "_attn_implementation", None))
+
+
+def attention_named(implementation: str | None) -> str:
+    """"flash", "eager" or "sdpa" for a transformers attention implementation's name
+    (unset: transformers' default, SDPA)."""
+    impl = str(implementation or "sdpa")
     return "flash" if "flash" in impl else "eager" if impl == "eager" else "sdpa"
 
 
