@@ -20,8 +20,8 @@ from typing import Any
 from tunepilot.campaign import stable_hash
 from tunepilot.console import json_safe
 from tunepilot.data.workspace import Workspace
-from tunepilot.report.config_key import config_key
 from tunepilot.report.batch import read_batch
+from tunepilot.report.config_key import config_key
 from tunepilot.report.examples import changed_examples
 from tunepilot.report.limits import observed_limits
 from tunepilot.report.per_class import per_class_series
