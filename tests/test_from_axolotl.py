@@ -125,6 +125,7 @@ def test_p1_axolotl_lora_config_converts_its_keys_and_lists_the_rest(tmp_path: P
     d = c.data
     assert (d.file, d.max_length, d.split.validation, d.mask_prompt) == (
         "data/support_chats.jsonl", 2048, 0.05, True)  # fmt: skip
+    assert d.packing is True  # axolotl `sample_packing`
     assert d.chat is not None and d.chat.field_messages == "conversations"
     assert d.chat.message_property_mappings == {"role": "from", "content": "value"}
     assert d.chat.roles["assistant"] == ["gpt", "assistant"]
@@ -135,7 +136,6 @@ def test_p1_axolotl_lora_config_converts_its_keys_and_lists_the_rest(tmp_path: P
     for key in (
         "model_type",
         "tokenizer_type",
-        "sample_packing",
         "pad_to_sequence_len",
         "optimizer",
         "evals_per_epoch",

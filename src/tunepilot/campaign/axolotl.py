@@ -35,6 +35,7 @@ DIRECT = {
     "lora_target_modules": "model.lora.target_modules",
     "lora_modules_to_save": "model.lora.modules_to_save",
     "sequence_len": "data.max_length",
+    "sample_packing": "data.packing",
     "micro_batch_size": "training.microbatch",
     "eval_batch_size": "training.eval_batch_size",
     "gradient_accumulation_steps": "training.accumulation",
@@ -49,8 +50,6 @@ DIRECT = {
 }
 # Why common keys that have no campaign equivalent are not carried (others: "no campaign key").
 NOT_CARRIED = {
-    "sample_packing": "microbatches are padded per length bucket (training.bucket_by_length), "
-    "never packed",
     "optimizer": "training uses AdamW (torch.optim.AdamW)",
     "output_dir": "runs live in the campaign folder (runs/<run-id>/)",
     "special_tokens": "the tokenizer is used as saved; pad = eos when it has no pad token",

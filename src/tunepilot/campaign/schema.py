@@ -9,13 +9,11 @@ no torch, no transformers.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
-    AfterValidator,
     Field,
     field_validator,
     model_validator,
@@ -25,6 +23,13 @@ from tunepilot.campaign.audit_settings import AuditSettings
 from tunepilot.campaign.bounds import Name, Seed, Seeds, Strict
 from tunepilot.campaign.card_settings import CardSettings
 from tunepilot.campaign.chat import ChatSettings
+from tunepilot.campaign.data_parts import (  # noqa: F401  (re-exported)
+    CLEANING_RULES,
+    CleaningRule,
+    DatasetSource,
+    Fields,
+    SplitPolicy,
+)
 from tunepilot.campaign.hypothesis import (
     CLASSIFICATION_TASKS,
     Hypothesis,
@@ -40,90 +45,7 @@ from tunepilot.campaign.training_parts import Budget, LossSettings, StopCauses
 # --------------------------------------------------------------------------------------------
 
 
-CLEANING_RULES = (
-    "nfc",
-    "strip",
-    "collapse_whitespace",
-    "lowercase",
-    "drop_empty",
-    "drop_exact_duplicates",
-)
-
-
-def _check_cleaning_rule(rule: Any) -> str | dict[str, int]:
-    """A rule is a name from CLEANING_RULES or `{max_chars: N}`; one message for both."""
-    if isinstance(rule, str) and rule in CLEANING_RULES:
-        return rule
-    if (
-        isinstance(rule, dict)
-        and list(rule) == ["max_chars"]
-        and isinstance(rule["max_chars"], int)
-        and rule["max_chars"] >= 1
-    ):
-        return rule
-    close = difflib.get_close_matches(str(rule), CLEANING_RULES, n=1)
-    hint = f" (did you mean `{close[0]}`?)" if close else ""
-    raise ValueError(
-        f"unknown cleaning rule {rule!r}{hint}; use one of {', '.join(CLEANING_RULES)} "
-        "or {max_chars: N} with N >= 1"
-    )
-
-
-CleaningRule = Annotated[Any, AfterValidator(_check_cleaning_rule)]
-
-
-class Fields(Strict):
-    """Which column of the user's files holds what."""
-
-    id: str | None = Field(default=None, description="Example id column; row number if absent.")
-    text: str = "text"
-    image: str | None = Field(
-        default=None, description="Image path column (image_classification), relative to the file."
-    )
-    label: str | None = Field(default=None, description="Class name column (classification).")
-    target: str | None = Field(default=None, description="JSON answer column (extraction).")
-    group: str | None = Field(
-        default=None, description="Leakage unit: conversation, patient, source document (D8)."
-    )
-    time: str | None = Field(default=None, description="Timestamp column for time splits (D8).")
-    context: list[str] = Field(
-        default_factory=list, description="Extra input columns shown to the model."
-    )
-
-
-class SplitPolicy(Strict):
-    """How train / validation / test are separated (D8). `files` uses the user's own files."""
-
-    policy: Literal["random", "stratified", "group", "time", "files"] = Field(
-        default="stratified",
-        description="`group`: each data.fields.group whole in one split; `time`: the earliest "
-        "period trains, the latest tests (whole groups, placed by when each began, when a group "
-        "is declared); `files`: your own files, a missing one carved from train the same way.",
-    )
-    validation: float = Field(default=0.1, gt=0, lt=1)
-    test: float = Field(default=0.1, ge=0, lt=1)
-    seed: Seed = 0
-
-    @model_validator(mode="after")
-    def _fractions_leave_training(self) -> SplitPolicy:
-        if self.validation + self.test >= 0.9:
-            raise ValueError(
-                f"validation ({self.validation}) + test ({self.test}) leaves under 10% for "
-                "training; lower one of them"
-            )
-        return self
-
-
-class DatasetSource(Strict):
-    """A dataset read the Hub's way, through `datasets.load_dataset` and its cache (D1)."""
-
-    name: str = Field(min_length=1, max_length=300, description="A Hub dataset id "
-                      "(`org/name`) or a local dataset folder (relative to the campaign).")
-    revision: str | None = Field(default=None, max_length=200, description="The dataset "
-                                 "repository's commit; required for a Hub id.")
-    config: str | None = Field(default=None, max_length=200, description="Its configuration.")
-    split: str = Field(default="train", min_length=1, max_length=200, description="A `datasets`"
-                       " split, e.g. `train` or `train[:90%]`; split.policy splits it further.")
+# Cleaning rules, Fields, SplitPolicy and DatasetSource live in data_parts.py (re-exported).
 
 
 class DataSettings(Strict):
@@ -152,6 +74,9 @@ class DataSettings(Strict):
     )
     split: SplitPolicy = Field(default_factory=SplitPolicy)
     max_length: int = Field(default=128, ge=8, le=2**20, description="Tokens per example.")
+    packing: bool = Field(default=False, description="Causal LM: bin-pack each microbatch's "
+                          "examples into rows of max_length, attention and positions kept "
+                          "per example, the same target tokens counted.")  # fmt: skip
     template: str = Field(
         default="{text}\n",
         description="Prompt template for generation tasks; fields in braces.",
@@ -326,6 +251,10 @@ class Campaign(Strict):
             self.data.fields.target or self.data.chat is not None
         ):
             raise ValueError(f"a {task} campaign needs `data.fields.target` (or `data.chat`)")
+        if self.data.packing and task in CLASSIFICATION_TASKS:
+            raise ValueError(f"`data.packing: true` joins examples into rows, which only a "
+                             f"causal LM (format, extraction) trains; a {task} campaign has "
+                             "one label per example: set data.packing: false")  # fmt: skip
         if "control" in self.variants:
             raise ValueError("`control` is the campaign itself; name the variant differently")
         return self

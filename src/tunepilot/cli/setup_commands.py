@@ -173,15 +173,31 @@ def data_show(
         int, typer.Option("--per-class", min=0, help="Also show K examples of each class (D4).")
     ] = 0,
     split: Annotated[str, typer.Option(help="train | validation | test")] = "train",
+    batch: Annotated[
+        bool, typer.Option("--batch", help="Show one real training microbatch from collate "
+                           "(padded or packed): ids, mask or example boundaries, position ids, "
+                           "labels passed to the loss, per row, decoded (D3).")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Show examples after the exact encoding the trainer uses: tokens, separators, the
-    positions that carry loss, the truncation point and the expected target (D3-D5).
+    positions that carry loss, the truncation point and the expected target (D3-D5). With
+    --batch, the first microbatch a run trains, as collate builds it (saved as
+    data/<version>/batch.json for the dossier).
 
     Example: tunepilot data show campaign.yaml -n 2 --per-class 1 --split validation
+
+    Example: tunepilot data show campaign.yaml --batch data.packing=true
     """
 
     def body() -> int:
+        if batch:
+            from tunepilot.console import console, print_json
+            from tunepilot.experiments.batch_view import batch_view, print_batch_view
+
+            view = batch_view(open_workspace(args))
+            print_json(view) if as_json else print_batch_view(view, console)
+            return 0
         from tunepilot.data.flow import show_workspace
 
         return show_workspace(open_workspace(args), split, n, per_class, as_json)

@@ -248,6 +248,7 @@ def execute_run(
     from tunepilot.experiments.recovery import failure_reason, next_step, record_end, resume_source
     from tunepilot.measure.phase_log import PhaseLog
     from tunepilot.train.loop import train
+    from tunepilot.train.packing import packing_of
     from tunepilot.train.stopping import StopSignals
 
     ws = session.ws
@@ -305,6 +306,7 @@ def execute_run(
                 on_update=on_update, progress=progress, stop_after=stop_after, stop=stop,
                 label=f"{place + ': ' if place else ''}training {run_id}", phases=phases,
                 sinks=trackers_for(ws, campaign, run_id, variant, seed, data_version),
+                packing=packing_of(campaign),
             )  # fmt: skip
     except KeyboardInterrupt:
         record_end(ledger, run_id, "interrupted",

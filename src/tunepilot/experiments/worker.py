@@ -96,6 +96,7 @@ def execute_distributed_run(
     from tunepilot.ledger import Ledger
     from tunepilot.train.arithmetic import plan_updates
     from tunepilot.train.loop import train
+    from tunepilot.train.packing import packing_of
 
     session = Session(ws)
     campaign = distributed_campaign(ws, variant, seed, strategy, ctx.world_size)
@@ -151,7 +152,7 @@ def execute_distributed_run(
                 pad_id=pad_id_of(ws.tokenizer), evaluate=evaluate_point,
                 resume=run_dir if resume else None, rank=ctx.rank, world_size=ctx.world_size,
                 on_update=on_update, progress=progress, stop_after=stop_after, phases=phases,
-                label=f"training {run_id}", sinks=trackers_for(
+                label=f"training {run_id}", packing=packing_of(campaign), sinks=trackers_for(
                     ws, campaign, run_id, variant, seed, encoded.prepared.version
                 ) if ctx.is_main else (),
             )  # fmt: skip

@@ -88,6 +88,7 @@ def resume_gate(state: PilotState) -> Outcome:
 
     from tunepilot.train.checkpoint import step_folder
     from tunepilot.train.loop import train
+    from tunepilot.train.packing import packing_of
 
     settings = _resume_settings(state.training)
     half, root = RESUME_UPDATES // 2, state.folder / "resume"
@@ -101,7 +102,8 @@ def resume_gate(state: PilotState) -> Outcome:
     torch.set_num_threads(threads)
     try:
         result = train(model, data, settings, root / "parent", kind=state.kind,
-                       pad_id=state.pad_id, progress=False)  # fmt: skip
+                       pad_id=state.pad_id, progress=False,
+                       packing=packing_of(state.campaign))  # fmt: skip
     finally:
         torch.set_num_threads(before)
     state.trained_model = model
@@ -236,6 +238,7 @@ def child_main(spec_path: str) -> int:
     from tunepilot.experiments.evaluate import pad_id_of
     from tunepilot.experiments.runner import Session, run_campaign_for
     from tunepilot.train.loop import train
+    from tunepilot.train.packing import packing_of
 
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     torch.set_num_threads(int(spec["threads"]))
@@ -251,7 +254,7 @@ def child_main(spec_path: str) -> int:
     kind = "classification" if campaign.hypothesis.is_classification else "causal_lm"
     pad = pad_id_of(ws.tokenizer)
     result = train(model, encoded.train, settings, run_dir, kind=kind, pad_id=pad, resume=folder,
-                   progress=False)  # fmt: skip
+                   progress=False, packing=packing_of(campaign))  # fmt: skip
     out = {
         "restored_update": int(saved["update"]), "next_batch_ids": next_ids,
         "status": result.status, "updates": result.updates,

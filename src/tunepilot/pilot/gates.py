@@ -139,7 +139,7 @@ def update_audit_gate(state: PilotState) -> Outcome:
     t, data, kind = state.training, state.encoded.train, state.kind
     sampler = UpdateSampler([len(e.input_ids) for e in data], t.microbatch, 1, seed=t.seed)
     ids = sampler.next_update().microbatches[0]
-    cpu_batch = collate([data[i] for i in ids], kind, state.pad_id)
+    cpu_batch = collate([data[i] for i in ids], kind, state.pad_id, state.packing)
     batch = {k: v.to(state.device) for k, v in cpu_batch.items()}
     length = int(batch["input_ids"].shape[1]) if "input_ids" in batch else 0  # 0: pixels
     state.shape = {"microbatch": len(ids), "length": length, "accumulation": 1}

@@ -53,7 +53,7 @@ def _recovered(state: PilotState, update: list[list[Any]]) -> tuple[int, int]:
     try:
         with torch.no_grad():
             for mb in update:
-                cpu = collate(mb, state.kind, state.pad_id)
+                cpu = collate(mb, state.kind, state.pad_id, state.packing)
                 b = {k: v.to(state.device) for k, v in cpu.items()}
                 logits = state.model(**{k: v for k, v in b.items() if k != "labels"}).logits
                 if state.kind == "classification":

@@ -132,6 +132,14 @@ class PilotState:
 
         return pad_id_of(self.ws.tokenizer)
 
+    @property
+    def packing(self) -> Any:
+        """data.packing as the loop builds it for this model (packing.py), or None (padded)."""
+        from tunepilot.train.packing import packing_of
+
+        found = packing_of(self.campaign)
+        return found.for_model(self.model) if found and self.model is not None else found
+
     def default_inputs(self) -> dict[str, Any]:
         """The configured shape; the pilot itself is one process, so its world size is 1."""
         t = self.training

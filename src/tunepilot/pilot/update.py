@@ -68,8 +68,12 @@ def train_update(
         state.scaler = fresh
     scaler = state.scaler
     batches = [
-        {k: v.to(device) for k, v in collate(mb, kind, state.pad_id).items()} for mb in microbatches
+        {k: v.to(device) for k, v in collate(mb, kind, state.pad_id, state.packing).items()}
+        for mb in microbatches
     ]
+    if state.packing is not None:  # the packed rows really run: m examples in <= m rows (S6)
+        state.shape.update(rows=max(b["input_ids"].shape[0] for b in batches),
+                           length=max(b["input_ids"].shape[1] for b in batches))  # fmt: skip
     if state.hooks.before_forward is not None:
         state.hooks.before_forward(state.phase)
     targets = sum(count_targets(b, kind) for b in batches)

@@ -20,6 +20,7 @@ from typing import Any
 from tunepilot.campaign import stable_hash
 from tunepilot.console import json_safe
 from tunepilot.data.workspace import Workspace
+from tunepilot.report.batch import read_batch
 from tunepilot.report.config_key import config_key
 from tunepilot.report.examples import changed_examples
 from tunepilot.report.limits import observed_limits
@@ -110,6 +111,7 @@ def collect(ws: Workspace) -> dict[str, Any]:
 COMMANDS = {
     "baseline": "tunepilot baseline {cf}",
     "audit": "tunepilot data audit {cf}",
+    "batch": "tunepilot data show {cf} --batch",
     "pilot": "tunepilot pilot {cf}",
     "plan": "tunepilot plan {cf}",
     "run": "tunepilot run {cf}",
@@ -260,6 +262,7 @@ def _data(ws: Workspace, runs: list[dict[str, Any]], pilot: dict[str, Any]) -> d
         splits.pop("ids", None)  # thousands of ids: the file keeps them
         out["splits"] = splits
     out["pictures"] = data_pictures(folder / version)  # contact sheet, near duplicates
+    out["batch"] = read_batch(folder / version / "batch.json")  # data show --batch (D3)
     audit = read_json(folder / version / "audit.json")
     if isinstance(audit, dict):
         out["audit"] = {"findings": [f for f in audit.get("findings") or [] if isinstance(f, dict)],

@@ -14,6 +14,7 @@ from typing import Any
 from tunepilot.campaign import CLASSIFICATION_TASKS
 from tunepilot.experiments.compare import HEADLINES
 from tunepilot.measure.memory import human_bytes
+from tunepilot.report.batch import batch_html
 from tunepilot.report.elements import (
     badge,
     code,
@@ -154,7 +155,7 @@ def data(d: dict[str, Any]) -> str:
             [[e(c.get("rule")), num(c.get("changed")), num(c.get("dropped")),
               id_list(c.get("example_ids"))] for c in cleaning],
         ) + "</details>"  # fmt: skip
-    html += pictures_html(x.get("pictures"))
+    html += pictures_html(x.get("pictures")) + batch_html(x.get("batch"), cmd["batch"])
     html += "<h3>Audit (D2-D8)</h3>"
     if x["audit"] is None:
         return html + missing(f"no audit.json for version {x['version']}", cmd["audit"])

@@ -34,6 +34,8 @@ from tunepilot.train.arithmetic import UpdatePlan, plan_updates
 if TYPE_CHECKING:
     import torch
 
+    from tunepilot.train.packing import Packing
+
 Kind = Literal["classification", "causal_lm"]
 
 BUCKET_MICROBATCHES = 50
@@ -176,8 +178,11 @@ class UpdateSampler:
 # ---------------------------------------------------------------------------------------------
 
 
-def collate(examples: Sequence[Encoded], kind: Kind, pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad to the longest example of this microbatch (dynamic padding), on the right.
+def collate(
+    examples: Sequence[Encoded], kind: Kind, pad_id: int, packing: Packing | None = None
+) -> dict[str, torch.Tensor]:
+    """Pad to the longest example of this microbatch (dynamic padding), on the right; with
+    `packing` (data.packing, causal LM), bin-pack the examples into rows instead (packing.py).
 
     Causal LM labels are padded with IGNORE_INDEX so padding never carries loss; a
     classification microbatch gets one class id per example. Image examples are stacked into
@@ -185,6 +190,10 @@ def collate(examples: Sequence[Encoded], kind: Kind, pad_id: int) -> dict[str, t
     """
     import torch
 
+    if packing is not None and kind == "causal_lm":
+        from tunepilot.train.packing import collate_packed
+
+        return collate_packed(examples, pad_id, packing)
     if examples and examples[0].pixel_values is not None:
         return {
             "pixel_values": torch.stack([e.pixel_values for e in examples]),

@@ -39,8 +39,9 @@ class UpdateFeed:
     """Draws updates from `sampler`, one ahead at most, ready on `device`."""
 
     def __init__(self, sampler: UpdateSampler, data: Sequence[Any], kind: Kind, pad_id: int,
-                 device: Any) -> None:  # fmt: skip
+                 device: Any, packing: Any = None) -> None:  # fmt: skip
         self.sampler, self.data, self.kind, self.pad_id = sampler, data, kind, pad_id
+        self.packing = packing  # packing.Packing: rows of data.max_length, or None (padded)
         self.device = device
         self._pending: FedUpdate | None = None
         self._state_before: dict[str, Any] | None = None
@@ -60,7 +61,7 @@ class UpdateFeed:
         self._state_before = self.sampler.state_dict()
         batch = self.sampler.next_update()
         cuda = self.device.type == "cuda"
-        host = [collate([self.data[i] for i in ids], self.kind, self.pad_id)
+        host = [collate([self.data[i] for i in ids], self.kind, self.pad_id, self.packing)
                 for ids in batch.microbatches or [batch.ghost or []]]  # fmt: skip
         targets = sum(count_targets(m, self.kind) for m in host) if batch.microbatches else 0
         on_device = [

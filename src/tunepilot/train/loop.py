@@ -58,6 +58,7 @@ from tunepilot.train.distributed import all_reduce_grads, all_reduce_value, is_f
 from tunepilot.train.feed import UpdateFeed
 from tunepilot.train.loss import kernel_that_runs
 from tunepilot.train.optimizer import build_optimizer, host_values, update_norm
+from tunepilot.train.packing import Packing
 from tunepilot.train.precision import autocast_and_scaler
 from tunepilot.train.records import Records, RecordSink
 from tunepilot.train.resume_point import load_resumable, set_aside_newer
@@ -107,6 +108,7 @@ def train(
     label: str = "training",
     stop: StopSignals | None = None,
     phases: PhaseLog | None = None,
+    packing: Packing | None = None,
 ) -> TrainResult:
     """Train `model` in place on `train_data` under `settings` (a TrainingSettings).
 
@@ -122,7 +124,8 @@ def train(
     every rank runs `evaluate` (the worker's shares the examples out, evaluate_sharded.py;
     FSDP2's forwards are collectives anyway). Every rank joins checkpoints (its generators are
     saved too); rank 0 writes them. `phases` measures this rank's memory in its first and a
-    steady update, first evaluation and checkpoint (S5).
+    steady update, first evaluation and checkpoint (S5). `packing` (data.packing) packs each
+    microbatch's examples into rows (packing.py); which examples form an update is unchanged.
     """
     import torch
 
@@ -157,6 +160,8 @@ def train(
         drop_last=settings.drop_last,
     )  # fmt: skip
     identity = run_identity(settings, train_data)
+    packing = packing.for_model(unwrap(model)) if packing is not None else None
+    identity["packing"] = repr(packing) if packing else None  # type: ignore[assignment]
 
     # Activation checkpointing (S3) changes how forward keeps activations: set it up front.
     if settings.activation_checkpointing:
@@ -206,7 +211,7 @@ def train(
     last_loss: float | None = None
     update_seconds: list[float] = []
     bar = Progress(label, total, "updates", done=done, show=rank == 0 and progress is not False)
-    feed = UpdateFeed(sampler, train_data, kind, pad_id, device)
+    feed = UpdateFeed(sampler, train_data, kind, pad_id, device, packing)
     schedule = CheckpointSchedule(settings.checkpoint_every)
 
     def elapsed() -> float:

@@ -109,7 +109,18 @@ class Shape:
                 f"(capped at data.max_length={c.data.max_length}); hours at the mean padded "
                 f"length of a training microbatch, {lengths.mean_train:.0f} tokens per example"
             )
-        else:
+        if c.data.packing and kind == "causal_lm" and not max_length:
+            # Packed rows (train/packing.py): m examples in at most m rows, each no wider
+            # than the widest row the epoch packs, or data.max_length unmeasured.
+            length = lengths.widest_packed if lengths else c.data.max_length
+            where = "the widest row the first epoch packs" if lengths else "data.max_length"
+            notes.append(
+                f"data.packing: a microbatch of m examples packs into at most m rows "
+                f"(train/packing.py, the loop's own code), so steps are sized at m rows of "
+                f"{length} tokens ({where}); the block mask (m x L x L booleans) is not in "
+                "the sized peak"
+            )  # fmt: skip
+        elif not lengths and not image:
             why = "asked for" if max_length else (
                 "data.max_length, the longest a microbatch can be after truncation; no "
                 "tokenizer here to measure the data's own lengths, so memory and hours are an "
@@ -171,6 +182,7 @@ class Lengths:
     mean_train: float  # mean padded length per example of a training microbatch
     mean_eval: float  # mean length of a validation example
     source: str  # which tokenizer measured them, in words
+    widest_packed: int = 0  # with data.packing: the widest packed row of the first epoch
 
 
 def data_lengths(ws: Workspace, arch: ArchitectureConfig) -> Lengths | None:
@@ -184,7 +196,7 @@ def data_lengths(ws: Workspace, arch: ArchitectureConfig) -> Lengths | None:
         return None
     t = ws.campaign.training
     key = ("lengths", str(tokenizer_dir), ws.campaign.data.max_length, t.microbatch,
-           t.bucket_by_length, t.seed)  # fmt: skip
+           t.bucket_by_length, t.seed, ws.campaign.data.packing)  # fmt: skip
     if key not in ws.memo:
         ws.memo[key] = _measured_lengths(ws, tokenizer_dir, source)
     return ws.memo[key]
@@ -232,12 +244,22 @@ def _measured_lengths(ws: Workspace, tokenizer_dir: Any, source: str) -> Lengths
                             bucket_by_length=t.bucket_by_length)  # fmt: skip
     batches = [mb for i in range(sampler.plan.updates_per_epoch)
                for mb in sampler.global_update(0, i)]  # the first epoch as training batches it
-    padded = sum(len(mb) * max(train[i] for i in mb) for mb in batches)
+    widest = 0
+    if ws.campaign.data.packing and not ws.campaign.hypothesis.is_classification:
+        from tunepilot.train.packing import pack_rows  # the loop's own packing
+
+        padded = 0
+        for mb in batches:
+            loads = [sum(train[mb[i]] for i in row)
+                     for row in pack_rows([train[i] for i in mb], ws.campaign.data.max_length)]
+            padded, widest = padded + len(loads) * max(loads), max(widest, *loads)
+    else:
+        padded = sum(len(mb) * max(train[i] for i in mb) for mb in batches)
     examples = sum(len(mb) for mb in batches)
     mean = padded / examples if examples else max(train)  # no full microbatch: the longest
     evaluated = validation or train
     return Lengths(max(train), max([*evaluated, *test]), mean, sum(evaluated) / len(evaluated),
-                   source)  # fmt: skip
+                   source, widest or max(train))  # fmt: skip
 
 
 def _within_positions(arch: ArchitectureConfig, length: int, key: str) -> None:
