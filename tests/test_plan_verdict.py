@@ -226,8 +226,8 @@ def test_l1_every_candidate_change_is_a_valid_campaign_override(tiny) -> None:
 
     path, _, _ = tiny
     proposed = 0
-    for base in (SHAPE, [*SHAPE, "training.microbatch=2", "training.precision=fp32",
-                         "model.base_dtype=fp32"], [*SHAPE, "training.accumulation=1"]):  # fmt: skip
+    wider = [*SHAPE, "training.microbatch=2", "training.precision=fp32", "model.base_dtype=fp32"]
+    for base in (SHAPE, wider, [*SHAPE, "training.accumulation=1"]):
         campaign = load_campaign(path, base)
         for candidate in CANDIDATES:
             for values in candidate.values(campaign):

@@ -41,6 +41,11 @@ error_console = Console(stderr=True, width=_width(sys.stderr))
 VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.WARN: "bold yellow", Verdict.FAIL: "bold red"}
 
 
+def warn(text: str) -> None:
+    """One warning line on stderr: what the user should know, never a stop."""
+    error_console.print(f"[bold yellow]warning:[/] {text}", highlight=False)
+
+
 def print_input_error(err: InputError) -> None:
     """Every problem on its own line: where, what was found, the fix.
 

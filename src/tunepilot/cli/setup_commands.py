@@ -37,7 +37,7 @@ def validate(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
     def body() -> int:
         from tunepilot.campaign import load_campaign
         from tunepilot.campaign.checks import campaign_warnings, raise_on_problems
-        from tunepilot.console import console, error_console, print_json
+        from tunepilot.console import console, error_console, print_json, warn
         from tunepilot.train.feasibility import check_plan_on_data
         from tunepilot.verdict import Verdict, exit_code
 
@@ -47,7 +47,7 @@ def validate(args: CampaignArgs = None, as_json: JsonFlag = False) -> None:
         raise_on_problems(campaign, root, str(path))
         warnings = campaign_warnings(campaign)
         for w in warnings:
-            error_console.print(f"[bold yellow]warning:[/] {w}", highlight=False)
+            warn(str(w))
         plan = check_plan_on_data(campaign, root)
         for f in plan:
             if f.verdict is not Verdict.PASS:

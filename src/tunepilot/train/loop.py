@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tunepilot.console import warn
 from tunepilot.errors import input_error
 from tunepilot.measure.phase_log import PhaseLog
 from tunepilot.model.build import enable_activation_checkpointing
@@ -182,7 +183,7 @@ def train(
         load = load_gathered_checkpoint if is_fsdp else load_checkpoint
         folder, state, refused = load_resumable(Path(resume), lambda f: load(f, model, optimizer))
         if refused and rank == 0:
-            _say(f"resuming from {folder.name}: newer checkpoint(s) did not verify and their "
+            warn(f"resuming from {folder.name}: newer checkpoint(s) did not verify and their "
                  f"updates will be trained again (set aside as refused-step-N at the next "
                  f"checkpoint): {'; '.join(refused)}")  # fmt: skip
             set_aside = folder
@@ -393,9 +394,3 @@ def _evaluate(
         finally:
             inner.train()
     records.evaluation(done, metrics)
-
-
-def _say(text: str) -> None:
-    from tunepilot.console import error_console
-
-    error_console.print(f"[bold yellow]warning:[/] {text}", highlight=False)
