@@ -236,3 +236,24 @@ def test_s3_a_lora_dropout_on_the_head_is_replayed_in_the_recompute() -> None:
     torch.testing.assert_close(got, want_loss)
     for name, grad in _grads(model).items():
         torch.testing.assert_close(have[name], grad)
+
+
+@pytest.mark.parametrize("kernel", ["liger", "cut_cross_entropy"])
+def test_s2_a_kernel_library_gives_the_plain_chunked_loss_on_cuda(kernel) -> None:
+    """On CUDA, with the library installed: the fused kernel's sum and gradients against the
+    plain chunked loss on the same inputs (bf16 compute: bf16 tolerance)."""
+    import importlib.util
+
+    from tunepilot.train.loss import KERNEL_MODULES
+
+    if not torch.cuda.is_available() or importlib.util.find_spec(KERNEL_MODULES[kernel]) is None:
+        pytest.skip(f"needs CUDA and {KERNEL_MODULES[kernel]}")
+    results = []
+    for name in ("plain", kernel):
+        model = _model().to("cuda", torch.bfloat16)
+        batch = {k: v.to("cuda") for k, v in _batch().items()}
+        loss = microbatch_loss(model, batch, "causal_lm", chunks=3, kernel=name)
+        loss.backward()
+        results.append((loss.detach().float(), model.lm_head.weight.grad.float()))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(results[1][1], results[0][1], rtol=5e-2, atol=5e-3)
