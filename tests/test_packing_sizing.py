@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pilot_support import one_torch_thread  # noqa: F401  (a fixture)
 from sizing_support import tiny_llama_campaign
 from tunepilot.data.workspace import Workspace
 
@@ -71,3 +72,25 @@ def test_s4_dry_run_steps_are_sized_at_the_packed_shape(llama_campaign) -> None:
     widest = max(w for _, w in _epoch_widths(ws))
     assert result.phase("first step").inputs["length"] == widest
     assert result.phase("first step").inputs["microbatch"] == ws.campaign.training.microbatch
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_s4_the_pilot_steps_and_audits_packed_rows(llama_campaign) -> None:
+    from tunepilot.pilot.flow import GATES, new_pilot_folder, new_state
+    from tunepilot.pilot.phases import run_gate
+
+    ws = Workspace.open(llama_campaign, PACKED)
+    pilot_id, folder = new_pilot_folder(ws.pilots_dir)
+    state = new_state(ws, pilot_id, folder, tensors=False, hooks=None)
+    rows = {}
+    for gate in GATES:
+        rows[gate.name] = run_gate(state, gate, rows)
+        if gate.name == "first step":
+            break
+    assert state.packing is not None and state.packing.attention == "sdpa"
+    assert rows["update audit"].verdict == "PASS", rows["update audit"].sentence
+    first = rows["first step"]
+    assert first.verdict == "PASS", first.sentence
+    # the longest examples, packed: m examples in at most m rows of at most 512 tokens
+    assert first.inputs["rows"] <= first.inputs["microbatch"] == 2
+    assert first.inputs["length"] <= 512

@@ -72,24 +72,26 @@ def attention_of(model: Any) -> str:
 
 
 def attention_named(implementation: str | None) -> str:
-    """"flash", "eager" or "sdpa" for a transformers attention implementation's name
-    (unset: transformers' default, SDPA)."""
+    """The attention kind ("flash", "eager" or "sdpa") of a transformers attention
+    implementation's name (unset: transformers' default, SDPA)."""
     impl = str(implementation or "sdpa")
     return "flash" if "flash" in impl else "eager" if impl == "eager" else "sdpa"
 
 
 def pack_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
-    """Indices of `lengths` grouped into the fewest rows of at most `capacity` tokens that
-    longest-first balancing finds, the loads kept even so the longest row (the padded width)
-    is short. A pure function of the lengths: ties go to the lower index."""
+    """Indices of `lengths` grouped into rows of at most `capacity` tokens, as few padded
+    tokens (rows x the widest row) as longest-first balancing finds: for each row count from
+    the fewest that can hold the tokens up to one example per row (the padded microbatch's
+    own cost, so packing never pads more), the examples go longest first to the least loaded
+    row. A pure function of the lengths: ties go to the lower index, then to fewer rows."""
     if any(n > capacity for n in lengths):
         raise ValueError(f"an example of {max(lengths)} tokens is longer than a packed row of "
                          f"{capacity}: encode with data.max_length={capacity}")  # fmt: skip
-    if not lengths:
-        return []
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    best: tuple[int, list[list[int]]] | None = None
     for k in range(max(1, math.ceil(sum(lengths) / capacity)), len(lengths) + 1):
-        loads, rows = [0] * k, [[] for _ in range(k)]  # type: list[int], list[list[int]]
+        loads = [0] * k
+        rows: list[list[int]] = [[] for _ in range(k)]
         for i in order:
             r = min(range(k), key=lambda j: (loads[j], j))
             if loads[r] + lengths[i] > capacity:
@@ -97,8 +99,9 @@ def pack_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
             loads[r] += lengths[i]
             rows[r].append(i)
         else:
-            return sorted(sorted(row) for row in rows if row)  # rows in data order
-    return [[i] for i in range(len(lengths))]  # not reached: one example per row always fits
+            if best is None or k * max(loads) < best[0]:
+                best = (k * max(loads), rows)
+    return sorted(sorted(row) for row in best[1] if row) if best else []  # rows in data order
 
 
 def row_spans(examples: Sequence[Encoded], packing: Packing) -> list[list[tuple[int, int, int]]]:

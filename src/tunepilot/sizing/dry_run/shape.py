@@ -111,9 +111,11 @@ class Shape:
             )
         if c.data.packing and kind == "causal_lm" and not max_length:
             # Packed rows (train/packing.py): m examples in at most m rows, each no wider
-            # than the widest row the epoch packs, or data.max_length unmeasured.
-            length = lengths.widest_packed if lengths else c.data.max_length
-            where = "the widest row the first epoch packs" if lengths else "data.max_length"
+            # than the widest row the epoch packs at the campaign's microbatch, else than
+            # data.max_length (another m packs other rows).
+            measured = lengths is not None and microbatch in (None, t.microbatch)
+            length = lengths.widest_packed if measured else c.data.max_length  # type: ignore[union-attr]
+            where = "the widest row the first epoch packs" if measured else "data.max_length"
             notes.append(
                 f"data.packing: a microbatch of m examples packs into at most m rows "
                 f"(train/packing.py, the loop's own code), so steps are sized at m rows of "
