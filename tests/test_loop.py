@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from campaign_support import tiny_lm_examples
 from tunepilot.campaign import TrainingSettings
 from tunepilot.errors import InputError
-from tunepilot.model.tiny import DEFAULT_CORPUS
-from tunepilot.tasks.base import IGNORE_INDEX, Encoded
+from tunepilot.tasks.base import Encoded
 from tunepilot.train.schedule import lr_at
 
 torch = pytest.importorskip("torch")
@@ -24,16 +24,7 @@ FIELDS = {"update", "loss", "lr", "grad_norm", "loss_tokens", "examples_seen", "
 @pytest.fixture(scope="module")
 def data(tiny_llama_dir: Path) -> tuple[list[Encoded], int]:
     """24 causal-LM examples of different lengths, the first tokens of each masked."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(tiny_llama_dir))
-    out = []
-    for i in range(24):
-        text = " ".join(DEFAULT_CORPUS[(i + k) % len(DEFAULT_CORPUS)] for k in range(1 + i % 3))
-        ids = tok(text)["input_ids"][: 6 + (i * 5) % 40] + [tok.eos_token_id]
-        labels = [IGNORE_INDEX] * 3 + ids[3:]
-        out.append(Encoded(f"ex{i}", ids, labels, 3, False, False, len(ids)))
-    return out, tok.pad_token_id
+    return tiny_lm_examples(tiny_llama_dir, 24, lambda i: 6 + (i * 5) % 40, lambda i: 3)
 
 
 def lora_llama(path: Path, dropout: float = 0.1):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from campaign_support import prompt_masked, tiny_lm_examples
 from tunepilot.campaign import TrainingSettings
-from tunepilot.model.tiny import DEFAULT_CORPUS
 from tunepilot.tasks.base import IGNORE_INDEX, Encoded
 from tunepilot.train.packing import Packing, pack_rows, row_spans
 
@@ -27,22 +27,13 @@ from tunepilot.train.batching import (  # noqa: E402  (after the torch skip)
 
 
 def example(i: int, ids: list[int], prompt: int = 2) -> Encoded:
-    return Encoded(f"ex{i}", ids, [IGNORE_INDEX] * prompt + ids[prompt:], prompt, False, False,
-                   len(ids))  # fmt: skip
+    return prompt_masked(i, ids, prompt)
 
 
 @pytest.fixture(scope="module")
 def data(tiny_llama_dir: Path) -> tuple[list[Encoded], int]:
     """24 causal-LM examples of 4 to 40 tokens, the first tokens of each masked."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(tiny_llama_dir))
-    out = []
-    for i in range(24):
-        text = " ".join(DEFAULT_CORPUS[(i + k) % len(DEFAULT_CORPUS)] for k in range(1 + i % 3))
-        ids = tok(text)["input_ids"][: 3 + (i * 7) % 37] + [tok.eos_token_id]
-        out.append(example(i, ids, prompt=1 + i % 3))
-    return out, tok.pad_token_id
+    return tiny_lm_examples(tiny_llama_dir, 24, lambda i: 3 + (i * 7) % 37, lambda i: 1 + i % 3)
 
 
 def llama(path: Path, attention: str = "sdpa"):

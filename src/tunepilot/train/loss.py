@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import InputError, Problem
 from tunepilot.tasks.base import IGNORE_INDEX
+from tunepilot.train.checkpoint import unwrap  # the module under DDP's wrapper
 
 if TYPE_CHECKING:
     import torch
@@ -65,13 +66,6 @@ def eval_chunks(loss_chunks: int, microbatch: int, eval_batch: int) -> int:
     """Chunks of an evaluation batch: as many as make each about a training chunk's size, so
     evaluation's loss never holds more of the vocabulary-wide logits than a training step."""
     return loss_chunks * max(1, -(-eval_batch // max(microbatch, 1)))
-
-
-def unwrap(model: Any) -> Any:
-    """The module under DDP's wrapper (peft's wrapper forwards attribute access itself)."""
-    while type(model).__name__ == "DistributedDataParallel":
-        model = model.module
-    return model
 
 
 def output_head(model: Any) -> Any:
