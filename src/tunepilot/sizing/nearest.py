@@ -68,11 +68,13 @@ def _fp16(c: Any) -> list[list[str]]:
 
 
 def _step_in_backward(c: Any) -> list[list[str]]:
-    """Only where it keeps the examples per update: one microbatch per update already, one
-    process, no fp16 loss scaling (campaign.optimizer_rules says why each is needed)."""
+    """Only where the campaign's own rules accept it as is (campaign.optimizer_rules): one
+    microbatch per update already (so the examples per update stay), one process, no fp16."""
+    from tunepilot.campaign.optimizer_rules import optimizer_problems
+
     t = c.training
-    if (t.optimizer_in_backward or t.accumulation != 1 or t.distributed.strategy != "none"
-            or t.precision == "fp16"):  # fmt: skip
+    stepped = t.model_copy(update={"optimizer_in_backward": True, "max_grad_norm": None})
+    if t.optimizer_in_backward or optimizer_problems(stepped):
         return []
     return [["training.optimizer_in_backward=true", "training.max_grad_norm=null"]]
 

@@ -233,8 +233,8 @@ def work_of(dry: Any, inputs: SheetInputs, precision: str | None = None) -> tupl
                 for k, v in evaluation.flops_by_precision(precision).items()}
                if evaluation is not None else {})  # fmt: skip
     # the trained weights as stored (training.weights_dtype: 2 bytes each in bf16, 4 in fp32)
-    weights_bytes = getattr(dry, "trainable_bytes", 0) or dry.trainable_params * 4
-    trainable = weights_bytes + steady.optimizer + getattr(steady, "host_paged", 0)
+    weights_bytes = dry.trainable_bytes or dry.trainable_params * 4
+    trainable = weights_bytes + steady.optimizer + steady.host_paged
     full = dry.trainable_params >= dry.total_params
     passes = 3 if steady.inputs.get("activation_checkpointing") else 2  # + the recompute
     decode = 1 + dry.generated_tokens  # the forward, each new token
