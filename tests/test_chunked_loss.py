@@ -128,6 +128,9 @@ def test_s2_no_vocabulary_wide_tensor_of_the_microbatch_is_kept_for_backward() -
 def test_s2_evaluation_chunks_keep_each_piece_a_training_chunk() -> None:
     assert eval_chunks(8, 2, 32) == 128
     assert eval_chunks(8, 4, 2) == 8
+    # a large eval batch over short rows: no chunk finer than MIN_EVAL_CHUNK_POSITIONS (512)
+    assert eval_chunks(8, 1, 512, positions=512 * 128) == 128
+    assert eval_chunks(8, 2, 32, positions=32 * 2048) == 128  # long rows: the training size
     model = _model()
     batch = _batch()
     with torch.no_grad():

@@ -62,10 +62,21 @@ def kernel_that_runs(kernel: str, device_type: str) -> str:
     return kernel if kernel != "plain" and device_type == "cuda" else "plain"
 
 
-def eval_chunks(loss_chunks: int, microbatch: int, eval_batch: int) -> int:
+MIN_EVAL_CHUNK_POSITIONS = 512
+"""Evaluation never cuts its loss positions finer than this: a chunk's logits stay small (512
+x 128k vocabulary is 256 MiB in fp32) while the chunks of a large eval batch stay few enough
+that the per-chunk Python overhead does not dominate (4096 chunks of 16 positions would)."""
+
+
+def eval_chunks(loss_chunks: int, microbatch: int, eval_batch: int,
+                positions: int | None = None) -> int:  # fmt: skip
     """Chunks of an evaluation batch: as many as make each about a training chunk's size, so
-    evaluation's loss never holds more of the vocabulary-wide logits than a training step."""
-    return loss_chunks * max(1, -(-eval_batch // max(microbatch, 1)))
+    evaluation's loss never holds more of the vocabulary-wide logits than a training step;
+    given the batch's `positions`, no chunk holds fewer than MIN_EVAL_CHUNK_POSITIONS."""
+    chunks = loss_chunks * max(1, -(-eval_batch // max(microbatch, 1)))
+    if positions is not None:
+        chunks = min(chunks, max(loss_chunks, -(-positions // MIN_EVAL_CHUNK_POSITIONS)))
+    return chunks
 
 
 def output_head(model: Any) -> Any:
