@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 
-@pytest.mark.parametrize("task", ["classification", "extraction"])
+@pytest.mark.parametrize(
+    "task",
+    # the extraction chain is also covered end to end by test_extraction_guards_tiny_lm and
+    # test_verify; its whole demo (40 s) runs in the slow tier
+    ["classification", pytest.param("extraction", marks=pytest.mark.slow)],
+)
 def test_l5_quick_demo_runs_the_whole_chain_and_delivers(tmp_path: Path, task: str):
     folder = tmp_path / "demo"
     result = subprocess.run(
