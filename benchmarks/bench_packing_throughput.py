@@ -97,6 +97,9 @@ def trl_run(data: list[tuple[list[int], int]], folder: Path) -> float:
         lr_scheduler_type="constant", max_grad_norm=0.0, packing=True, max_length=ROW,
         completion_only_loss=True, save_strategy="no", report_to=[], logging_steps=10**6,
         use_cpu=True, dataloader_num_workers=0, seed=SEED, disable_tqdm=True,
+        # SFTConfig turns activation checkpointing on by default (TRL 1.x); tunepilot's runs
+        # here recompute nothing, so neither does TRL's: the same work on both sides.
+        gradient_checkpointing=False,
     )  # fmt: skip
     trainer = SFTTrainer(model=model(), args=config, train_dataset=Dataset.from_dict(rows),
                          processing_class=_tokenizer(folder))  # fmt: skip
