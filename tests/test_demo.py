@@ -110,5 +110,5 @@ def test_h2_l5_extraction_demo_answers_in_valid_json_and_delivers(tmp_path: Path
     folder = tmp_path / "fields"
     _delivered_and_verified(folder, _demo(folder, "--task", "extraction"))
     (bundle,) = [p for p in (folder / "exports").iterdir() if p.is_dir()]
-    metrics = json.loads((bundle / "metrics.json").read_text())["metrics"]
+    metrics = json.loads((bundle / "metrics.json").read_text())["metrics"]["final_validation"]
     assert metrics["json_validity"] >= 0.95 and metrics["schema_validity"] >= 0.9

@@ -322,20 +322,20 @@ def test_s1_dry_run_sizes_an_image_campaign_as_its_step_measures(
 @pytest.mark.slow
 def test_l5_the_image_demo_runs_every_step_of_the_chain(tmp_path: Path) -> None:
     """`tunepilot demo --task image --quick`: its plan step used to exit 2 (the dry run sized
-    text only), which ended the demo before the sweep. Every step now runs; exit 1 only for
-    the planted FAILs, which the summary names."""
+    text only), which ended the demo before the sweep. Every step now runs, on the folder the
+    demo fixed after the planted audit FAILed, and the demo exits 0 with a delivered bundle."""
     done = _cli("demo", str(tmp_path / "demo"), "--task", "image", "--quick")
-    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     out = done.stdout
-    for step in ("data audit", "baseline", "pilot", "plan (L1, L3)", "sweep", "compare",
-                 "report", "summary"):  # fmt: skip
+    for step in ("data audit of the planted problems", "data audit (D1-D8)", "baseline",
+                 "pilot", "plan (L1, L3)", "sweep", "compare", "report", "summary"):  # fmt: skip
         assert step in out, step
     assert "microbatch 16 x image 3x32x32" in out  # the plan sized pixel batches
     summary = out[out.index("summary") :]
-    assert "FAIL in: data audit" in summary and "5. dossier:" in summary
+    assert "the dossier lists no FAIL" in summary and "4. delivered:" in summary
     html = (tmp_path / "demo" / "report" / "index.html").read_text(encoding="utf-8")
-    assert html.count('<img src="data:image/png;base64,') >= 2  # contact sheet, pairs
+    assert html.count('<img src="data:image/png;base64,') >= 1  # the contact sheet
 
 
 def test_d3_showing_another_split_leaves_the_reports_training_sheet_alone(

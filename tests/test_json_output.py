@@ -77,6 +77,8 @@ def test_json_every_command_prints_exactly_one_json_document(tmp_path: Path, tin
         ("plan", [c], {0, 1}),
         ("size", [c], {0, 1}),
         ("report", [c], {0}),
+        ("archive", [str(campaign.parent), str(tmp_path / "backup.tar")], {0}),
+        ("restore", [str(tmp_path / "backup.tar"), str(tmp_path / "restored")], {0}),
     ]
     assert {name for name, _, _ in steps} == commands_with_json()
     for name, args, allowed in steps:

@@ -234,7 +234,10 @@ def shard_units(model: Any, ctx: DistContext) -> Any:
         if type(module).__name__ in blocks:
             fully_shard(module, mesh=mesh)
     if hf_model is not model:
-        fully_shard(hf_model, mesh=mesh)
+        # The chunked loss (train.loss) applies the head after the model's forward returned,
+        # and backpropagates into the final norm through the hidden state it captured; FSDP2
+        # keeps the root's own weights gathered after forward, this unit must too.
+        fully_shard(hf_model, mesh=mesh, reshard_after_forward=False)
     return fully_shard(model, mesh=mesh)
 
 
