@@ -335,13 +335,34 @@ def test_b4_fsdp_from_meta_per_rank_is_a_shard_of_the_state_and_two_gathered_blo
     from tunepilot.sizing.dry_run.fsdp import fsdp_rank_bytes
 
     gib = 2**30
-    top = SimpleNamespace(weights=140 * gib, gradients=0, optimizer=2 * gib, peak=150 * gib)
-    dry = SimpleNamespace(peak=lambda: top, block_bytes=gib, layers=80)
+    top = SimpleNamespace(weights=128 * gib, gradients=0, optimizer=2 * gib, peak=138 * gib)
+    dry = SimpleNamespace(peak=lambda: top, block_bytes=3 * gib // 2, layers=80)  # 120 GiB
     rank = fsdp_rank_bytes(dry, 8)
-    assert rank.sharded_state == 142 * gib // 8
-    assert rank.device_peak == 150 * gib - 142 * gib + 142 * gib // 8 + 2 * gib
-    assert rank.host_load == 140 * gib // 8 + gib  # never a full copy per rank
+    assert rank.sharded_state == 130 * gib // 8
+    # two gathered blocks, and the 8 GiB outside the blocks (embeddings, norm, head) gathered
+    # whole: 1/8 of it is already in the sharded state
+    assert rank.gathered_blocks == 2 * (3 * gib // 2) + 8 * gib - gib
+    assert rank.device_peak == 138 * gib - 130 * gib + 130 * gib // 8 + rank.gathered_blocks
+    assert rank.host_load == 128 * gib // 8 + 3 * gib // 2  # never a full copy per rank
     assert "FSDP from meta over 8" in rank.sentence()
+
+
+def test_b4_l1_the_fsdp_verdict_counts_the_unit_outside_the_blocks_gathered_whole():
+    """The sheet's FSDP bytes per GPU (the one verdict, `sizing.fit.per_gpu_bytes`): the
+    sharded state, one gathered block, and the embeddings, final norm and head, which
+    `train.distributed.shard_units` keeps gathered through the step for the chunked loss."""
+    from types import SimpleNamespace
+
+    from tunepilot.sizing.fit import FSDP, Layout, per_gpu_bytes
+
+    gib = 2**30
+    step = SimpleNamespace(phase="steady step", weights=128 * gib, gradients=0,
+                           optimizer=2 * gib, peak=138 * gib)  # fmt: skip
+    dry = SimpleNamespace(phases=[step], layers=80, block_bytes=3 * gib // 2)  # outer: 8 GiB
+    need = per_gpu_bytes(dry, Layout(FSDP, 8))["steady step"]
+    assert need == 138 * gib - 130 * gib + 130 * gib // 8 + 128 * gib // 80 + 7 * gib
+    one_depth = SimpleNamespace(phases=[step], layers=80, block_bytes=0)  # no block measured
+    assert per_gpu_bytes(one_depth, Layout(FSDP, 8))["steady step"] == need - 7 * gib
 
 
 def test_s2_a_deferred_update_of_several_microbatches_steps_once_as_adamw_would():

@@ -32,6 +32,7 @@ from typing import Any
 
 from tunepilot.measure.memory import human_bytes
 from tunepilot.sizing.catalog import GpuCard
+from tunepilot.sizing.dry_run.fsdp import outer_unit_bytes
 
 MIN_HEADROOM = 0.10
 """Share of each card kept free: the caching allocator's reserved-but-free blocks live there
@@ -72,7 +73,9 @@ def per_gpu_bytes(dry: Any, layout: Layout) -> dict[str, int]:
     DDP adds its gradient buckets (a flat fp32 copy of every trained weight's gradient,
     allocated when the model is wrapped and held throughout: trained weights are fp32) to a
     full replica; FSDP keeps 1/N of the weights, gradients and optimizer state of each phase's
-    peak moment and gathers one block's weights at a time. Arithmetic on the dry run's split.
+    peak moment, gathers one block's weights at a time, and keeps the unit outside the blocks
+    (embeddings, final norm, head) gathered through the step (`dry_run.fsdp.outer_unit_bytes`).
+    Arithmetic on the dry run's split.
     """
     out = {}
     for p in dry.phases:
@@ -81,7 +84,9 @@ def per_gpu_bytes(dry: Any, layout: Layout) -> dict[str, int]:
         elif layout.kind == FSDP:
             state = p.weights + p.gradients + p.optimizer
             block = p.weights // max(1, dry.layers)
-            out[p.phase] = int(p.peak - state + math.ceil(state / layout.gpus) + block)
+            outer = outer_unit_bytes(dry, p.weights)
+            out[p.phase] = int(p.peak - state + math.ceil(state / layout.gpus) + block
+                               + outer - outer // layout.gpus)  # fmt: skip
         else:
             out[p.phase] = int(p.peak)
     return out
