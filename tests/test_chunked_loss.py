@@ -10,7 +10,12 @@ transformers = pytest.importorskip("transformers")
 
 from tunepilot.tasks.base import IGNORE_INDEX  # noqa: E402
 from tunepilot.train.batching import count_targets, microbatch_loss, summed_loss  # noqa: E402
-from tunepilot.train.loss import causal_lm_summed_loss, eval_chunks, loss_positions  # noqa: E402
+from tunepilot.train.loss import (  # noqa: E402
+    causal_lm_summed_loss,
+    chunked_head_loss,
+    eval_chunks,
+    loss_positions,
+)
 
 VOCAB = 97
 
@@ -129,8 +134,21 @@ def test_s2_evaluation_chunks_keep_each_piece_a_training_chunk() -> None:
     assert eval_chunks(8, 2, 32) == 128
     assert eval_chunks(8, 4, 2) == 8
     # a large eval batch over short rows: no chunk finer than MIN_EVAL_CHUNK_POSITIONS (512)
-    assert eval_chunks(8, 1, 512, positions=512 * 128) == 128
-    assert eval_chunks(8, 2, 32, positions=32 * 2048) == 128  # long rows: the training size
+    # of the positions the batch really has; with gradients, every chunk asked for
+    calls = []
+    head = torch.nn.Linear(4, 6)
+    head.register_forward_hook(lambda _m, args, _out: calls.append(args[0].shape[0]))
+    hidden, targets = torch.randn(512 * 128, 4), torch.randint(0, 6, (512 * 128,))
+    with torch.no_grad():
+        chunked_head_loss(head, hidden, targets, eval_chunks(8, 1, 512))
+    assert len(calls) == 128 and min(calls) == 512
+    calls.clear()
+    with torch.no_grad():
+        chunked_head_loss(head, hidden[:300], targets[:300], eval_chunks(8, 2, 32))
+    assert calls == [300]
+    calls.clear()
+    chunked_head_loss(head, hidden[:300].requires_grad_(), targets[:300], 8)
+    assert len(calls) == 8  # training keeps its chunks: each is recomputed in backward
     model = _model()
     batch = _batch()
     with torch.no_grad():

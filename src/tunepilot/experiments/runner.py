@@ -138,8 +138,7 @@ class Session:
         encoded = self.encoded(campaign)
         split = examples if examples is not None else encoded.prepared.splits["validation"]
         t = campaign.training
-        chunks = eval_chunks(t.loss_chunks, t.microbatch, t.eval_batch_size,
-                             t.eval_batch_size * campaign.data.max_length)  # fmt: skip
+        chunks = eval_chunks(t.loss_chunks, t.microbatch, t.eval_batch_size)
         result = evaluate_on_ranks(model, encoded.encoder, split, t.eval_batch_size,
                                    t.max_new_tokens, _device_of(model), label, ranks,
                                    chunks)  # fmt: skip

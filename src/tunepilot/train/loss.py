@@ -63,20 +63,18 @@ def kernel_that_runs(kernel: str, device_type: str) -> str:
 
 
 MIN_EVAL_CHUNK_POSITIONS = 512
-"""Evaluation never cuts its loss positions finer than this: a chunk's logits stay small (512
-x 128k vocabulary is 256 MiB in fp32) while the chunks of a large eval batch stay few enough
-that the per-chunk Python overhead does not dominate (4096 chunks of 16 positions would)."""
+"""Without gradients (evaluation) a chunk never holds fewer loss positions than this: its
+logits stay small (512 x 128k vocabulary is 256 MiB in fp32) while the chunks of a large eval
+batch over short rows stay few enough that the per-chunk Python overhead does not dominate
+(4096 chunks of 16 positions would). Applied to the positions a batch really has
+(`chunked_head_loss`), not to its padded size."""
 
 
-def eval_chunks(loss_chunks: int, microbatch: int, eval_batch: int,
-                positions: int | None = None) -> int:  # fmt: skip
+def eval_chunks(loss_chunks: int, microbatch: int, eval_batch: int) -> int:
     """Chunks of an evaluation batch: as many as make each about a training chunk's size, so
-    evaluation's loss never holds more of the vocabulary-wide logits than a training step;
-    given the batch's `positions`, no chunk holds fewer than MIN_EVAL_CHUNK_POSITIONS."""
-    chunks = loss_chunks * max(1, -(-eval_batch // max(microbatch, 1)))
-    if positions is not None:
-        chunks = min(chunks, max(loss_chunks, -(-positions // MIN_EVAL_CHUNK_POSITIONS)))
-    return chunks
+    evaluation's loss never holds more of the vocabulary-wide logits than a training step
+    (`chunked_head_loss` then keeps each at MIN_EVAL_CHUNK_POSITIONS or more)."""
+    return loss_chunks * max(1, -(-eval_batch // max(microbatch, 1)))
 
 
 def output_head(model: Any) -> Any:
@@ -203,6 +201,8 @@ def chunked_head_loss(
         return _chunk_sum(head, hidden.new_zeros(1, hidden.shape[-1]), targets.new_zeros(1),
                           post) * 0  # fmt: skip
     grad = torch.is_grad_enabled() and hidden.requires_grad
+    if not grad:  # nothing is recomputed: only each chunk's logits size matters
+        chunks = min(chunks, max(1, -(-hidden.shape[0] // MIN_EVAL_CHUNK_POSITIONS)))
     total: Any = None
     for part in torch.arange(hidden.shape[0], device="cpu").tensor_split(chunks):
         if part.numel() == 0:

@@ -255,8 +255,7 @@ def _one_pass(
         terms[f"KV cache growth over {shape.training.max_new_tokens} new tokens "
               "(analytical)"] = growth  # fmt: skip
     elif kind == "loss" and shape.kind == "causal_lm":  # evaluation's chunked loss
-        chunks = eval_chunks(shape.training.loss_chunks, shape.microbatch, batch_size,
-                             batch_size * length)  # fmt: skip
+        chunks = eval_chunks(shape.training.loss_chunks, shape.microbatch, batch_size)
         out = causal_lm_summed_loss(model, batch["inputs"], batch["labels"], chunks=chunks,
                                     use_cache=False)  # fmt: skip
     else:
